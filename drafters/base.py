@@ -1,0 +1,55 @@
+"""The Drafter protocol: what the engine asks of anything that proposes tokens.
+
+A drafter proposes; it never decides acceptance. The engine verifies every proposal
+against the target model, so a wrong draft costs time, never correctness.
+
+Left out on purpose: torch, LSP, tokenizers. Drafters see plain lists of token ids.
+A drafter whose proposals depend on the target model (a draft head such as Medusa or
+EAGLE, reading the target's last hidden state) gets that state through
+`Proposal`-returning `propose(context, k, hidden=...)`: the engine passes the last
+hidden state of the accepted prefix when the drafter sets `wants_hidden = True`.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+from typing import Protocol, Sequence, runtime_checkable
+
+
+@dataclass
+class Proposal:
+    """Draft tokens, and how the drafter came by them.
+
+    `probs` is None for a deterministic drafter (n-gram lookup: q is one-hot on each
+    draft token); a model drafter fills it with one distribution per draft token (a
+    sequence of torch tensors over the vocabulary), which the engine's general
+    acceptance rule needs. `match_len` is the length of the n-gram that matched (0 when
+    not applicable); `source` names where the draft came from, for traces and stats.
+    """
+
+    tokens: list[int] = field(default_factory=list)
+    source: str = ""
+    match_len: int = 0
+    probs: object | None = None
+
+    def __len__(self) -> int:
+        return len(self.tokens)
+
+
+@runtime_checkable
+class Drafter(Protocol):
+    """Proposes up to k next tokens for a context.
+
+    `context` is the whole token sequence so far (prompt + generated). Sources other
+    than the context are named buffers the drafter keeps itself (`update_source`,
+    `forget_source`); the context is passed on every call, never stored by the engine.
+    """
+
+    name: str
+    wants_hidden: bool
+
+    def propose(self, context: Sequence[int], k: int, hidden: object | None = None) -> Proposal: ...
+
+    def update_source(self, name: str, tokens: Sequence[int]) -> None: ...
+
+    def forget_source(self, name: str) -> None: ...

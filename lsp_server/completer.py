@@ -1,0 +1,115 @@
+"""One completion from a document snapshot: prompt, drafter sources, engine, stop rules.
+
+Shared by the command line (`ditto-lsp complete`, `trace`, `bench`) and the language
+server, so that what a user reproduces from the terminal is what the editor got.
+Left out on purpose: LSP types, threads and scheduling (scheduler.py / server.py).
+"""
+
+from __future__ import annotations
+
+import threading
+import time
+from dataclasses import dataclass, field
+
+from drafters import NGramDrafter
+
+from .context import ContextBudget, Prompt, build_prompt, finish, ghost_cut
+from .engine import Completion, DecodeOptions, Engine
+
+DRAFTERS = ("none", "ngram")
+
+
+@dataclass
+class Suggestion:
+    text: str  # the ghost text, after stop rules
+    raw: str  # everything the model produced
+    prompt: Prompt
+    completion: Completion
+    drafter: str
+    latency_ms: float
+
+    def summary(self, model: str) -> dict:
+        s = self.completion.stats
+        return {
+            "text": self.text,
+            "tokens": s.tokens,
+            "target_passes": s.target_passes,
+            "drafted": s.drafted,
+            "accepted": s.accepted,
+            "acceptance_rate": round(s.acceptance_rate, 4),
+            "tokens_per_pass": round(s.tokens_per_pass, 4),
+            "prefill_tokens": s.prefill_tokens,
+            "reused_tokens": s.reused_tokens,
+            "prompt_tokens": len(self.prompt.ids),
+            "prefill_ms": round(s.prefill_ms, 1),
+            "decode_ms": round(s.decode_ms, 1),
+            "latency_ms": round(self.latency_ms, 1),
+            "stop_reason": s.stop_reason,
+            "model": model,
+            "drafter": self.drafter,
+        }
+
+
+@dataclass
+class CompleterSettings:
+    drafter: str = "ngram"  # none | ngram
+    multiline: bool = True  # ghost text may span lines (until the block ends)
+    budget: ContextBudget = field(default_factory=ContextBudget)
+
+
+class Completer:
+    """Holds the engine and the n-gram index over other open buffers."""
+
+    def __init__(self, lm, engine: Engine | None = None, settings: CompleterSettings | None = None):
+        self.lm = lm
+        self.engine = engine or Engine(lm)
+        self.settings = settings or CompleterSettings()
+        self.ngram = NGramDrafter()
+        self._buffers: dict[str, str] = {}
+
+    # -- other open buffers -------------------------------------------------------------
+    def set_buffer(self, name: str, text: str) -> None:
+        """Index a buffer for drafting (tokenized now; the index updates incrementally)."""
+        self._buffers[name] = text
+        self.ngram.update_source(name, self.lm.encode(text))
+
+    def forget_buffer(self, name: str) -> None:
+        self._buffers.pop(name, None)
+        self.ngram.forget_source(name)
+        self.engine.forget(name)
+
+    def buffers(self) -> dict[str, str]:
+        return dict(self._buffers)
+
+    # -- completion -----------------------------------------------------------------------
+    def drafter_for(self, name: str | None):
+        name = name or self.settings.drafter
+        if name == "none":
+            return None
+        if name == "ngram":
+            return self.ngram
+        raise ValueError(f"unknown drafter {name!r}: use one of {', '.join(DRAFTERS)}")
+
+    def complete(self, text: str, line: int, col: int, *, name: str | None = None, options: DecodeOptions | None = None,
+                 drafter: str | None = None, cancel: threading.Event | None = None, cache_key: str | None = None,
+                 others: list[tuple[str, str]] | None = None) -> Suggestion:
+        """Complete at 0-based (line, col) of `text`; col counts code points."""
+        t0 = time.perf_counter()
+        opts = options or DecodeOptions()
+        drafter_name = drafter or self.settings.drafter
+        d = self.drafter_for(drafter_name)
+        if others is None:
+            others = [(n, t) for n, t in self._buffers.items() if n != name]
+        prompt = build_prompt(self.lm, text, line, col, others=others, path=name, budget=self.settings.budget)
+        multiline = self.settings.multiline
+
+        def stop(out: list[int]) -> int | None:
+            generated = self.lm.decode(out)
+            return len(out) if ghost_cut(generated, prompt, multiline) is not None else None
+
+        completion = self.engine.generate(prompt.ids, drafter=d, options=opts, stop=stop, cancel=cancel,
+                                          cache_key=cache_key)
+        raw = self.lm.decode(completion.tokens)
+        shown = finish(raw, prompt, multiline)
+        return Suggestion(shown, raw, prompt, completion, drafter_name if d is not None else "none",
+                          (time.perf_counter() - t0) * 1000)

@@ -1,0 +1,354 @@
+"""The decode loop: prefill, propose, verify, accept (exact speculative decoding).
+
+Torch only; knows nothing of LSP or tokenizers' text. One `Engine` wraps one loaded
+model and is used from one thread (the scheduler's model worker).
+
+Invariant of the loop: the KV cache holds every token of `seq` except the last one. A
+target pass feeds [seq[-1]] + draft (k + 1 tokens) and gets k + 1 rows of logits; row i
+is the target's distribution for the token after input i. After acceptance the cache is
+cropped to exactly the accepted prefix, so the invariant holds again.
+
+Acceptance rules (Leviathan et al. 2023), written next to their code in `accept`:
+- greedy: a draft token survives while it equals the target's argmax; the argmax at the
+  first mismatch (or after the last draft token) is appended for free;
+- sampling, deterministic draft (n-gram, q one-hot on d): accept d with probability p(d);
+  on rejection sample from p with d removed and renormalised; bonus token from p;
+- sampling, draft model with distribution q: accept with min(1, p(d)/q(d)); on rejection
+  sample from norm(max(p - q, 0)).
+Temperature, top-k and top-p are applied to p before the rule. Drafting off (k = 0) is the
+same loop with empty drafts: the reference every speculative result must equal.
+
+KV reuse across requests: `generate(cache_key=...)` keeps the cache of the last sequence
+under that key (least recently used evicted past `max_cached_docs` or
+`max_cached_tokens`); a new prompt keeps the longest common token prefix and prefills
+only the rest.
+"""
+
+from __future__ import annotations
+
+import threading
+import time
+from collections import OrderedDict
+from dataclasses import asdict, dataclass, field
+from typing import Callable, Sequence
+
+import torch
+
+from drafters.base import Drafter, Proposal
+
+StopRule = Callable[[list[int]], "int | None"]  # generated ids -> length to keep, or None to go on
+
+
+@dataclass
+class DecodeOptions:
+    max_new_tokens: int = 64  # token budget of one completion
+    temperature: float = 0.0  # 0 means greedy
+    top_p: float = 1.0  # nucleus sampling; 1 keeps every token
+    top_k: int = 0  # 0 keeps every token
+    draft_max: int = 8  # k_max, the longest draft verified in one pass; 0 turns drafting off
+    seed: int | None = None  # sampling seed; None draws one
+    time_budget_s: float | None = None  # stop decoding after this long (prefill included)
+    prefill_chunk: int = 512  # tokens per prefill pass; cancellation is checked between chunks
+
+    @property
+    def greedy(self) -> bool:
+        return self.temperature <= 0.0
+
+
+@dataclass
+class Round:
+    """One propose-and-verify step: what was proposed, what survived, what was added."""
+
+    proposed: list[int]
+    source: str
+    match_len: int
+    accepted: int
+    token: int  # the target's own token appended after the accepted drafts
+    kind: str  # "bonus" (all drafts accepted), "correction" (a draft rejected), "plain" (no draft)
+    ms: float
+
+    @property
+    def gained(self) -> int:
+        return self.accepted + 1
+
+
+@dataclass
+class Stats:
+    tokens: int = 0  # tokens in the returned completion
+    generated: int = 0  # tokens the loop produced (before stop-rule truncation)
+    target_passes: int = 0  # verify/decode forward passes (prefill not counted)
+    drafted: int = 0
+    accepted: int = 0
+    prefill_tokens: int = 0  # prompt tokens run through the model for this request
+    reused_tokens: int = 0  # prompt tokens whose KV came from the cache
+    prefill_ms: float = 0.0
+    decode_ms: float = 0.0
+    wall_ms: float = 0.0
+    stop_reason: str = ""
+    drafted_at: list[int] = field(default_factory=list)  # per draft position: proposals
+    accepted_at: list[int] = field(default_factory=list)  # per draft position: acceptances
+
+    @property
+    def acceptance_rate(self) -> float:
+        return self.accepted / self.drafted if self.drafted else 0.0
+
+    @property
+    def tokens_per_pass(self) -> float:
+        return self.generated / self.target_passes if self.target_passes else 0.0
+
+    def as_dict(self) -> dict:
+        d = asdict(self)
+        d["acceptance_rate"] = round(self.acceptance_rate, 4)
+        d["tokens_per_pass"] = round(self.tokens_per_pass, 4)
+        return d
+
+
+@dataclass
+class Completion:
+    tokens: list[int]
+    stats: Stats
+    rounds: list[Round]
+
+
+class Cancelled(Exception):
+    """Raised inside the loop when the stop flag is set; generate() turns it into a result."""
+
+
+@dataclass
+class _KV:
+    ids: list[int]  # the tokens the cache holds, in order
+    cache: object
+
+
+class Engine:
+    def __init__(self, lm, max_cached_docs: int = 8, max_cached_tokens: int = 32768):
+        self.lm = lm
+        self.max_cached_docs = max_cached_docs
+        self.max_cached_tokens = max_cached_tokens
+        self._kv: OrderedDict[str, _KV] = OrderedDict()
+        self._lock = threading.Lock()  # one generation at a time
+
+    # -- KV store -----------------------------------------------------------------------
+    def cached_tokens(self) -> int:
+        return sum(len(s.ids) for s in self._kv.values())
+
+    def cached_keys(self) -> list[str]:
+        return list(self._kv)
+
+    def forget(self, key: str) -> None:
+        self._kv.pop(key, None)
+
+    def clear_cache(self) -> None:
+        self._kv.clear()
+
+    def _take_state(self, key: str | None) -> _KV:
+        if key is not None and key in self._kv:
+            return self._kv.pop(key)
+        return _KV([], self.lm.new_cache())
+
+    def _put_state(self, key: str | None, state: _KV) -> None:
+        if key is None or self.max_cached_docs <= 0:
+            return
+        self._kv[key] = state
+        self._kv.move_to_end(key)
+        while self._kv and (len(self._kv) > self.max_cached_docs or self.cached_tokens() > self.max_cached_tokens):
+            self._kv.popitem(last=False)
+
+    # -- phases -------------------------------------------------------------------------
+    def prefill(self, state: _KV, prompt: Sequence[int], opts: DecodeOptions, stats: Stats,
+                cancel: threading.Event | None) -> None:
+        """Make `state` hold prompt[:-1]: keep the common prefix, run the rest in chunks.
+
+        prompt: [P] token ids; after: len(state.ids) == P - 1 == cache length.
+        """
+        want = list(prompt[:-1])
+        keep = 0
+        limit = min(len(state.ids), len(want))
+        while keep < limit and state.ids[keep] == want[keep]:
+            keep += 1
+        if keep < len(state.ids):
+            state.cache.crop(-(len(state.ids) - keep))
+            del state.ids[keep:]
+        stats.reused_tokens = keep
+        rest = want[keep:]
+        for start in range(0, len(rest), max(1, opts.prefill_chunk)):
+            if cancel is not None and cancel.is_set():
+                raise Cancelled
+            chunk = rest[start : start + opts.prefill_chunk]
+            self.lm.forward(chunk, state.cache, logits_to_keep=1)
+            state.ids.extend(chunk)
+            stats.prefill_tokens += len(chunk)
+
+    def propose(self, drafter: Drafter | None, seq: list[int], k: int) -> Proposal:
+        if drafter is None or k <= 0:
+            return Proposal([])
+        proposal = drafter.propose(seq, k)
+        if len(proposal.tokens) > k:
+            proposal.tokens = proposal.tokens[:k]
+        return proposal
+
+    def verify(self, state: _KV, seq: list[int], draft: list[int]) -> torch.Tensor:
+        """One target pass over [seq[-1]] + draft; returns logits [k + 1, V]."""
+        logits = self.lm.forward([seq[-1], *draft], state.cache)
+        state.ids.append(seq[-1])
+        state.ids.extend(draft)
+        return logits
+
+    @staticmethod
+    def accept(logits: torch.Tensor, proposal: Proposal, opts: DecodeOptions,
+               gen: torch.Generator | None) -> tuple[int, int]:
+        """Apply the acceptance rule; returns (drafts accepted, token appended after them).
+
+        logits: [k + 1, V]; proposal.tokens: k ids; proposal.probs: None (one-hot q) or
+        k distributions [V] from a draft model.
+        """
+        draft = proposal.tokens
+        if opts.greedy:
+            # Greedy: keep drafts while they equal the target's argmax; the argmax at the
+            # first mismatch (or after the last draft) comes for free.
+            target = logits.argmax(dim=-1).tolist()
+            n = 0
+            while n < len(draft) and draft[n] == target[n]:
+                n += 1
+            return n, target[n]
+        p = target_probs(logits, opts)  # [k + 1, V]
+        for i, d in enumerate(draft):
+            if proposal.probs is None:
+                # q one-hot on d: accept with probability min(1, p(d) / 1) = p(d) ...
+                ratio = float(p[i, d])
+                residual = p[i].clone()
+                residual[d] = 0.0  # ... else sample from p without d, renormalised.
+            else:
+                q = proposal.probs[i].to(p.device, torch.float32)
+                # General rule: accept with min(1, p(d) / q(d)) ...
+                ratio = float(p[i, d] / q[d]) if float(q[d]) > 0 else 1.0
+                residual = torch.clamp(p[i] - q, min=0.0)  # ... else sample from norm(max(p - q, 0)).
+            u = float(torch.rand((), generator=gen))
+            if u < ratio:
+                continue
+            total = float(residual.sum())
+            if total <= 0.0:  # p == q up to rounding: the rejection had probability ~0
+                residual = p[i]
+            return i, int(torch.multinomial(residual, 1, generator=gen))
+        # Every draft accepted: one bonus token from the target's next distribution.
+        return len(draft), int(torch.multinomial(p[len(draft)], 1, generator=gen))
+
+    # -- the loop -----------------------------------------------------------------------
+    def generate(
+        self,
+        prompt: Sequence[int],
+        *,
+        drafter: Drafter | None = None,
+        options: DecodeOptions | None = None,
+        stop: StopRule | None = None,
+        cancel: threading.Event | None = None,
+        cache_key: str | None = None,
+        on_round: Callable[[Round, list[int]], None] | None = None,
+    ) -> Completion:
+        """Decode a continuation of `prompt` (token ids, at least one).
+
+        Returns the completion with statistics and the propose/verify rounds. A set
+        `cancel` event ends the loop at the next step with stop_reason "cancelled".
+        """
+        opts = options or DecodeOptions()
+        if not prompt:
+            raise ValueError("prompt must hold at least one token")
+        t0 = time.perf_counter()
+        stats = Stats()
+        rounds: list[Round] = []
+        out: list[int] = []
+        gen = None
+        if not opts.greedy:
+            gen = torch.Generator(device="cpu")
+            gen.manual_seed(opts.seed if opts.seed is not None else int(torch.randint(0, 2**62, ()).item()))
+        with self._lock:
+            state = self._take_state(cache_key)
+            try:
+                try:
+                    self.prefill(state, prompt, opts, stats, cancel)
+                except Cancelled:
+                    stats.stop_reason = "cancelled"
+                stats.prefill_ms = (time.perf_counter() - t0) * 1000
+                seq = list(prompt)
+                if not stats.stop_reason:
+                    stats.stop_reason = self._decode(state, seq, out, stats, rounds, opts, drafter, stop, cancel, gen,
+                                                     t0, on_round)
+            except BaseException:
+                # A failed pass may leave the cache half-written: never reuse it.
+                state = _KV([], self.lm.new_cache())
+                raise
+            finally:
+                if len(state.ids) and state.cache is not None:
+                    self._put_state(cache_key, state)
+        stats.tokens = len(out)
+        stats.wall_ms = (time.perf_counter() - t0) * 1000
+        stats.decode_ms = stats.wall_ms - stats.prefill_ms
+        return Completion(out, stats, rounds)
+
+    def _decode(self, state, seq, out, stats, rounds, opts, drafter, stop, cancel, gen, t0, on_round) -> str:
+        stop_ids = self.lm.stop_ids
+        while True:
+            if len(out) >= opts.max_new_tokens:
+                return "length"
+            if cancel is not None and cancel.is_set():
+                return "cancelled"
+            if opts.time_budget_s is not None and time.perf_counter() - t0 >= opts.time_budget_s:
+                return "time"
+            # One pass yields up to k + 1 tokens; never overshoot the token budget.
+            k = min(opts.draft_max, opts.max_new_tokens - len(out) - 1)
+            proposal = self.propose(drafter, seq, k)
+            draft = proposal.tokens
+            t = time.perf_counter()
+            logits = self.verify(state, seq, draft)
+            n_acc, token = self.accept(logits, proposal, opts, gen)
+            # Keep exactly the accepted prefix in the cache: seq[:-1] + [seq[-1]] + draft[:n_acc].
+            rejected = len(draft) - n_acc
+            if rejected:
+                state.cache.crop(-rejected)
+                del state.ids[len(state.ids) - rejected :]
+            ms = (time.perf_counter() - t) * 1000
+            stats.target_passes += 1
+            stats.drafted += len(draft)
+            stats.accepted += n_acc
+            for i in range(len(draft)):
+                if i >= len(stats.drafted_at):
+                    stats.drafted_at.append(0)
+                    stats.accepted_at.append(0)
+                stats.drafted_at[i] += 1
+                stats.accepted_at[i] += int(i < n_acc)
+            kind = "plain" if not draft else ("bonus" if n_acc == len(draft) else "correction")
+            rnd = Round(list(draft), proposal.source, proposal.match_len, n_acc, token, kind, round(ms, 3))
+            rounds.append(rnd)
+            new = [*draft[:n_acc], token]
+            seq.extend(new)
+            stats.generated += len(new)
+            if on_round is not None:
+                on_round(rnd, new)
+            for i, tid in enumerate(new):
+                if tid in stop_ids:
+                    out.extend(new[:i])
+                    return "eos"
+            out.extend(new)
+            if stop is not None:
+                keep = stop(out)
+                if keep is not None:
+                    del out[keep:]
+                    return "stop-rule"
+
+
+def target_probs(logits: torch.Tensor, opts: DecodeOptions) -> torch.Tensor:
+    """Softmax of logits / temperature after top-k and top-p filtering; rows sum to 1.
+
+    logits: [n, V] -> [n, V] float32.
+    """
+    x = logits.float() / max(opts.temperature, 1e-6)
+    if opts.top_k and opts.top_k < x.shape[-1]:
+        kth = torch.topk(x, opts.top_k, dim=-1).values[..., -1:]
+        x = x.masked_fill(x < kth, float("-inf"))
+    if opts.top_p < 1.0:
+        sorted_x, order = torch.sort(x, dim=-1, descending=True)
+        cum = torch.softmax(sorted_x, dim=-1).cumsum(dim=-1)
+        drop = cum - torch.softmax(sorted_x, dim=-1) >= opts.top_p  # keep the smallest set reaching top_p
+        sorted_x = sorted_x.masked_fill(drop, float("-inf"))
+        x = torch.full_like(x, float("-inf")).scatter(-1, order, sorted_x)
+    return torch.softmax(x, dim=-1)
