@@ -1,0 +1,193 @@
+"""`ditto-lsp bench --repo PATH`: commit-replay benchmark of Ditto against its peers.
+
+Harvests tasks from the repository (harvest.py), runs the chosen systems on each
+(runner.py), aggregates (metrics.py) and writes results.json, report.md and PNG plots
+(report.py). A progress bar shows on stderr; Ctrl-C or --time-limit stop after the
+current task and keep everything done so far (marked partial).
+
+Top level stays light (no torch): the command line builds its parser on every call.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import platform
+import shlex
+import sys
+import time
+from pathlib import Path
+
+
+def configure(p: argparse.ArgumentParser) -> None:
+    from ..cli import add_decode_args, add_model_args
+
+    p.add_argument("--repo", required=True, help="git repository (work tree or bare) whose commits are replayed")
+    p.add_argument("--out", type=Path, default=None, help="write results.json, report.md and plots here")
+    p.add_argument("--mode", choices=["completion", "keystroke"], default="completion")
+    p.add_argument("--systems", default=None,
+                   help="comma-separated; completion: off,ngram,oracle,hf-greedy,hf-prompt-lookup (default all); "
+                        "keystroke: off|ngram, each optionally -noreuse (default ngram,ngram-noreuse)")
+    p.add_argument("--since", default=None, help="only commits after this date (git log --since)")
+    p.add_argument("--max-tasks", type=int, default=50)
+    p.add_argument("--per-commit", type=int, default=3, help="tasks taken from one commit at most (default 3)")
+    p.add_argument("--lang", default="python", help="comma-separated languages, or all (default python)")
+    p.add_argument("--context-tokens", type=int, default=1024, help="prompt budget in tokens (default 1024)")
+    p.add_argument("--max-keystrokes", type=int, default=None, help="keystroke mode: type at most this many characters per task")
+    p.add_argument("--lookup-tokens", type=int, default=10, help="prompt_lookup_num_tokens of hf-prompt-lookup (default 10)")
+    p.add_argument("--time-limit", type=float, default=None, metavar="SECONDS",
+                   help="stop starting new tasks after this long and write what is done")
+    p.add_argument("--note", default=None, help="free text stored in meta (e.g. 'CPU shared with other jobs')")
+    add_model_args(p)
+    add_decode_args(p)  # its --seed seeds the task sample here (bench decodes greedily)
+
+
+def _budget(total: int):
+    from ..context import ContextBudget
+
+    if total < 64:
+        raise SystemExit("ditto-lsp: error: --context-tokens must be at least 64")
+    return ContextBudget(total=total, above=total // 2, below=total // 5, snippets=total // 4)
+
+
+def _versions() -> dict:
+    from importlib import metadata
+
+    out = {"python": platform.python_version()}
+    for pkg in ("torch", "transformers", "ditto-lsp"):
+        try:
+            out[pkg] = metadata.version(pkg)
+        except metadata.PackageNotFoundError:
+            out[pkg] = None
+    try:
+        import subprocess
+
+        out["ditto_commit"] = subprocess.run(["git", "-C", str(Path(__file__).resolve().parents[2]), "rev-parse",
+                                              "--short", "HEAD"], capture_output=True, text=True).stdout.strip() or None
+    except OSError:
+        out["ditto_commit"] = None
+    return out
+
+
+def _machine(lm) -> dict:
+    import torch
+
+    cpu = platform.processor() or platform.machine()
+    try:
+        for line in Path("/proc/cpuinfo").read_text().splitlines():
+            if line.startswith("model name"):
+                cpu = line.split(":", 1)[1].strip()
+                break
+    except OSError:
+        pass
+    gpu = torch.cuda.get_device_name(lm.device) if lm.device.type == "cuda" else None
+    cores = os.cpu_count()
+    return {"cpu": cpu, "cores": cores, "gpu": gpu, "platform": platform.platform(), "torch_threads": torch.get_num_threads(),
+            "summary": f"{gpu or cpu}, {cores} cores"}
+
+
+def run(args) -> int:
+    from ..cli import decode_options, load_model
+    from .harvest import HarvestError, HarvestOptions, harvest
+    from .systems import parse_systems
+
+    opts = decode_options(args)
+    try:
+        systems = parse_systems(args.systems or ("ngram,ngram-noreuse" if args.mode == "keystroke"
+                                                 else "off,ngram,oracle,hf-greedy,hf-prompt-lookup"), args.mode)
+    except ValueError as err:
+        raise SystemExit(f"ditto-lsp: error: {err}") from None
+    if args.max_tasks < 1:
+        raise SystemExit("ditto-lsp: error: --max-tasks must be at least 1")
+    if opts.temperature > 0:
+        raise SystemExit("ditto-lsp: error: bench compares outputs token for token; it runs greedy only (--temperature 0)")
+    budget = _budget(args.context_tokens)
+    started = time.time()
+    print(f"harvesting tasks from {args.repo} ...", file=sys.stderr)
+    try:
+        h = harvest(args.repo, HarvestOptions(since=args.since, max_tasks=args.max_tasks, seed=args.seed or 0,
+                                              languages=tuple(x.strip() for x in args.lang.split(",") if x.strip()),
+                                              per_commit=args.per_commit))
+    except HarvestError as err:
+        raise SystemExit(f"ditto-lsp: {err}") from None
+    print(f"{len(h.tasks)} tasks ({h.candidates} candidates in {h.commits_scanned} commits; skipped {h.commits_skipped})",
+          file=sys.stderr)
+    lm = load_model(args)
+
+    from ..completer import Completer, CompleterSettings
+    from . import metrics, report
+    from .runner import Bench
+
+    completer = Completer(lm, settings=CompleterSettings(drafter="ngram", multiline=not args.single_line, budget=budget))
+    bench = Bench(lm, completer, opts, lookup_tokens=args.lookup_tokens)
+    meta = {
+        "mode": args.mode, "repo": str(Path(args.repo).resolve()), "since": args.since, "seed": args.seed or 0,
+        "languages": args.lang, "per_commit": args.per_commit, "systems": systems, "model": lm.name,
+        "model_spec": lm.spec, "dtype": str(lm.dtype).removeprefix("torch."), "device": str(lm.device),
+        "machine": _machine(lm), "versions": _versions(), "command": shlex.join(["ditto-lsp", *sys.argv[1:]]),
+        "max_tokens": opts.max_new_tokens, "draft_max": opts.draft_max, "context_tokens": args.context_tokens,
+        "tasks_harvested": len(h.tasks), "candidates": h.candidates, "commits_scanned": h.commits_scanned,
+        "commits_skipped": h.commits_skipped, "note": args.note,
+    }
+    records: list[dict] = []
+    done_tasks: list = []
+    partial, stopped = False, ""
+    from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, TimeElapsedColumn, TimeRemainingColumn
+
+    columns = (TextColumn("[bold]{task.description}"), BarColumn(), MofNCompleteColumn(), TimeElapsedColumn(),
+               TimeRemainingColumn(), TextColumn("{task.fields[info]}"))
+    t_run = time.perf_counter()
+    try:
+        with Progress(*columns, transient=False) as progress:
+            bar = progress.add_task("warm-up", total=len(h.tasks), info="")
+            bench.warm_up(h.tasks[0], systems, args.mode)
+            progress.update(bar, description=args.mode)
+            for task in h.tasks:
+                if args.time_limit is not None and time.perf_counter() - t_run > args.time_limit:
+                    partial, stopped = True, f"--time-limit {args.time_limit:g}s reached"
+                    break
+                if args.mode == "keystroke":
+                    records.extend(bench.keystroke_task(task, systems, args.max_keystrokes))
+                else:
+                    recs = bench.completion_task(task, systems)
+                    records.extend(recs)
+                    for r in recs:
+                        if r["system"] != "off" and r["identical"] is False:
+                            progress.console.print(f"[red]mismatch[/red] {r['task']} {r['system']}: "
+                                                   f"{r['text']!r} vs off {r.get('reference_text')!r}")
+                done_tasks.append(task)
+                progress.update(bar, advance=1, info=_info(records, args.mode))
+    except KeyboardInterrupt:
+        partial, stopped = True, "interrupted (Ctrl-C)"
+        done = {t.id for t in done_tasks}
+        records = [r for r in records if r["task"] in done]  # drop the half-run task
+        print(f"\ninterrupted: keeping {len(done_tasks)} finished tasks", file=sys.stderr)
+    meta.update({"tasks_run": len(done_tasks), "partial": partial, "stopped": stopped,
+                 "wall_s": round(time.time() - started, 1)})
+    summary = metrics.summarise_keystroke(records) if args.mode == "keystroke" else metrics.summarise_completion(records)
+    results = {"meta": meta, "summary": summary,
+               "task_list": [t.public() for t in done_tasks], "tasks": records,
+               "mismatches": metrics.mismatches(records)}
+    if args.mode != "keystroke":
+        mm = results["mismatches"]
+        print(f"identical to off: {sum(1 for r in records if r.get('identical')) }/{len(records)} runs"
+              + (f"; {len(mm)} mismatches (listed in report.md)" if mm else ""), file=sys.stderr)
+    if args.out:
+        report.write(results, args.out)
+        print(f"wrote {args.out / 'results.json'}, {args.out / 'report.md'} and {len(results['plots'])} plots",
+              file=sys.stderr)
+        print(report.markdown(results).split("\n## Plots")[0])
+    else:
+        print(json.dumps({"meta": meta, "summary": summary}, indent=1))
+    return 130 if stopped.startswith("interrupted") else 0
+
+
+def _info(records: list[dict], mode: str) -> str:
+    from . import metrics
+
+    if mode == "keystroke":
+        s = metrics.summarise_keystroke(records)
+        return "  ".join(f"{k} tts p50 {v['tts_ms_p50']:.0f}ms" for k, v in s.items() if v["tts_ms_p50"] is not None)
+    s = metrics.summarise_completion(records)
+    return "  ".join(f"{k} ×{v['speedup_geomean']:.2f}" for k, v in s.items() if k != "off" and v["speedup_geomean"])

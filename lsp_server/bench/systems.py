@@ -1,0 +1,202 @@
+"""The systems a benchmark compares, each run on the same prompt and token budget.
+
+Completion mode (one request per task):
+
+- ``off``: Ditto's engine with drafting off (the reference for identical output and speedup);
+- ``ngram``: Ditto with the n-gram drafter over the prompt and the open buffers;
+- ``oracle``: Ditto with a drafter that proposes the model's own greedy continuation (what
+  ``off`` produced), so every draft is accepted: the ceiling of speculation on this hardware;
+- ``hf-greedy``: transformers ``generate`` greedy, a fresh cache per call, as a library user
+  would call it;
+- ``hf-prompt-lookup``: transformers ``generate(prompt_lookup_num_tokens=N)``, its defaults
+  otherwise.
+
+The Ditto systems of one task share one cache key, so the prompt is prefilled once (by
+``off``, which runs first) and the others reuse it; prefill and decode are measured
+apart and the comparable end-to-end latency of a Ditto system is the task's prefill time
+plus its own decode time. The transformers systems get the token budget ``off`` used
+(so they do the same work, ``off``'s stop rule included) and are timed end to end, with
+the time to their first new token as their prefill.
+
+Keystroke mode: one request per typed character through the same Completer path the
+server uses, with the document's cache key (KV reuse); a ``-noreuse`` suffix runs the
+same system without a cache key.
+"""
+
+from __future__ import annotations
+
+import time
+from dataclasses import dataclass
+from typing import Sequence
+
+from drafters.base import Proposal
+
+DITTO = ("off", "ngram", "oracle")
+HF = ("hf-greedy", "hf-prompt-lookup")
+COMPLETION_SYSTEMS = DITTO + HF
+KEYSTROKE_BASE = ("off", "ngram")
+
+
+def parse_systems(spec: str, mode: str) -> list[str]:
+    names = [s.strip() for s in spec.split(",") if s.strip()]
+    if not names:
+        raise ValueError("--systems is empty")
+    if mode == "keystroke":
+        for n in names:
+            if n.removesuffix("-noreuse") not in KEYSTROKE_BASE:
+                raise ValueError(f"unknown keystroke-mode system {n!r}: use off, ngram, each optionally with -noreuse")
+        return list(dict.fromkeys(names))
+    for n in names:
+        if n not in COMPLETION_SYSTEMS:
+            raise ValueError(f"unknown system {n!r}: use {', '.join(COMPLETION_SYSTEMS)}")
+    # off is the reference (identical output, speedup, oracle's target, hf budgets): always first.
+    return ["off", *[n for n in dict.fromkeys(names) if n != "off"]]
+
+
+class OracleDrafter:
+    """Proposes the reference continuation while the context still follows it."""
+
+    name = "oracle"
+    wants_hidden = False
+
+    def __init__(self, prompt_len: int, target: Sequence[int]):
+        self.prompt_len = prompt_len
+        self.target = list(target)
+
+    def propose(self, context: Sequence[int], k: int, hidden: object | None = None) -> Proposal:
+        done = list(context[self.prompt_len :])
+        if k <= 0 or done != self.target[: len(done)]:
+            return Proposal([], source="oracle", match_len=0)
+        return Proposal(self.target[len(done) : len(done) + k], source="oracle", match_len=len(done))
+
+    def update_source(self, name, tokens) -> None:  # the oracle needs no buffers
+        pass
+
+    def forget_source(self, name) -> None:
+        pass
+
+
+def generated_ids(completion) -> list[int]:
+    """Every token the loop produced, the final stop token included (rebuilt from the rounds)."""
+    out: list[int] = []
+    for r in completion.rounds:
+        out.extend(r.proposed[: r.accepted])
+        out.append(r.token)
+    return out
+
+
+@dataclass
+class Run:
+    """One system on one request; the raw numbers metrics.py aggregates."""
+
+    text: str
+    tokens: list[int]
+    generated: int
+    latency_ms: float
+    prefill_ms: float
+    decode_ms: float
+    prefill_tokens: int
+    reused_tokens: int
+    prompt_tokens: int
+    target_passes: int
+    drafted: int | None
+    accepted: int | None
+    drafted_at: list[int]
+    accepted_at: list[int]
+    stop_reason: str
+
+    def as_dict(self) -> dict:
+        from dataclasses import asdict
+
+        d = asdict(self)
+        for k in ("latency_ms", "prefill_ms", "decode_ms"):
+            d[k] = round(d[k], 2)
+        return d
+
+
+def run_ditto(completer, task, system: str, options, cache_key: str | None, reference=None,
+              text=None, line=None, col=None) -> tuple[Run, object]:
+    """Run a Ditto system; returns (Run, Suggestion). `reference` is off's Suggestion (oracle needs it)."""
+    text = task.document if text is None else text
+    line = task.line if line is None else line
+    col = task.col if col is None else col
+    base = system.removesuffix("-noreuse")
+    if base == "oracle":
+        if reference is None:
+            raise ValueError("oracle needs off's completion of the same task")
+        prompt_len = len(reference.prompt.ids)
+        drafter = OracleDrafter(prompt_len, generated_ids(reference.completion))
+        sug = _complete_with(completer, drafter, task, text, line, col, options, cache_key)
+    else:
+        sug = completer.complete(text, line, col, name=task.path, options=options,
+                                 drafter="none" if base == "off" else "ngram", cache_key=cache_key,
+                                 others=list(task.buffers))
+    s = sug.completion.stats
+    run = Run(sug.text, list(sug.completion.tokens), s.generated, sug.latency_ms, s.prefill_ms, s.decode_ms,
+              s.prefill_tokens, s.reused_tokens, len(sug.prompt.ids), s.target_passes,
+              s.drafted, s.accepted, list(s.drafted_at), list(s.accepted_at), s.stop_reason)
+    return run, sug
+
+
+def _complete_with(completer, drafter, task, text, line, col, options, cache_key):
+    """Completer.complete with a drafter object that is not one of the Completer's names."""
+    original = completer.drafter_for
+    completer.drafter_for = lambda name: drafter
+    try:
+        sug = completer.complete(text, line, col, name=task.path, options=options, drafter="oracle",
+                                 cache_key=cache_key, others=list(task.buffers))
+    finally:
+        completer.drafter_for = original
+    return sug
+
+
+class _FirstTokenClock:
+    """A generate() streamer that notes when the first new tokens arrive (put #1 is the prompt)."""
+
+    def __init__(self):
+        self.calls = 0
+        self.first = None
+
+    def put(self, value) -> None:
+        self.calls += 1
+        if self.calls == 2:
+            self.first = time.perf_counter()
+
+    def end(self) -> None:
+        pass
+
+
+def run_hf(lm, prompt_ids: list[int], system: str, max_new_tokens: int, lookup_tokens: int = 10) -> tuple[list[int], Run]:
+    """transformers generate on the same prompt ids; returns (new ids incl. a stop token, Run)."""
+    import torch
+
+    model = lm.model
+    passes = [0]
+    hook = model.register_forward_pre_hook(lambda *a: passes.__setitem__(0, passes[0] + 1))
+    x = torch.tensor([prompt_ids], dtype=torch.long, device=lm.device)
+    kwargs = dict(max_new_tokens=max(1, max_new_tokens), do_sample=False, temperature=None, top_p=None, top_k=None,
+                  repetition_penalty=None, attention_mask=torch.ones_like(x), eos_token_id=sorted(lm.stop_ids),
+                  pad_token_id=lm.tokenizer.pad_token_id if lm.tokenizer.pad_token_id is not None else min(lm.stop_ids))
+    if system == "hf-prompt-lookup":
+        kwargs["prompt_lookup_num_tokens"] = lookup_tokens
+    clock = _FirstTokenClock()
+    t0 = time.perf_counter()
+    try:
+        with torch.inference_mode():
+            out = model.generate(x, streamer=clock, **kwargs)
+    finally:
+        hook.remove()
+    wall = (time.perf_counter() - t0) * 1000
+    new = out[0, len(prompt_ids) :].tolist()
+    pad = kwargs["pad_token_id"]
+    while new and new[-1] == pad and pad not in lm.stop_ids:
+        new.pop()
+    tokens = []
+    for t in new:
+        if t in lm.stop_ids:
+            break
+        tokens.append(t)
+    first = ((clock.first or time.perf_counter()) - t0) * 1000
+    run = Run("", tokens, len(new), wall, first, wall - first, len(prompt_ids), 0, len(prompt_ids), passes[0],
+              None, None, [], [], "eos" if len(tokens) < len(new) else "length")
+    return new, run
