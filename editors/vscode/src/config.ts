@@ -1,0 +1,139 @@
+/**
+ * Settings -> how to start the server and what to tell it.
+ *
+ * Pure logic (no `vscode` import) so that it is unit-tested without an editor:
+ * the extension hands in a getter over `workspace.getConfiguration("ditto")`.
+ *
+ * Two kinds of settings live under `ditto.*`:
+ *  - client-only: enable (handled here by not asking), serverCommand, pythonPath,
+ *    serverArgs (changing them restarts the server), trace.server (languageclient's own);
+ *  - server settings: sent as `initializationOptions` and, on change, as
+ *    `workspace/didChangeConfiguration` `{settings: {ditto: {...}}}`. The server accepts
+ *    camelCase names and reloads the model when `model`/`device`/`dtype` change.
+ */
+
+export interface DittoSettings {
+  enable: boolean;
+  serverCommand: string;
+  pythonPath: string;
+  serverArgs: string[];
+  model: string;
+  drafter: string;
+  device: string;
+  dtype: string;
+  maxTokens: number;
+  draftMax: number;
+  temperature: number;
+  timeBudget: number | null;
+  multiline: boolean;
+}
+
+export const DEFAULTS: DittoSettings = {
+  enable: true,
+  serverCommand: "ditto-lsp",
+  pythonPath: "",
+  serverArgs: [],
+  model: "default",
+  drafter: "ngram",
+  device: "auto",
+  dtype: "auto",
+  maxTokens: 64,
+  draftMax: 8,
+  temperature: 0,
+  timeBudget: 5,
+  multiline: true,
+};
+
+/** The keys the server understands (its Settings dataclass, camelCase). */
+export const SERVER_KEYS = [
+  "model",
+  "drafter",
+  "device",
+  "dtype",
+  "maxTokens",
+  "draftMax",
+  "temperature",
+  "timeBudget",
+  "multiline",
+] as const;
+
+/** Changing one of these needs a new server process, not a configuration message. */
+export const RESTART_KEYS = ["serverCommand", "pythonPath", "serverArgs"] as const;
+
+export type Getter = (key: string) => unknown;
+
+function str(v: unknown, dflt: string): string {
+  return typeof v === "string" && v.trim() !== "" ? v.trim() : dflt;
+}
+
+function num(v: unknown, dflt: number, min: number, integer: boolean): number {
+  if (typeof v !== "number" || !Number.isFinite(v) || v < min) return dflt;
+  return integer ? Math.floor(v) : v;
+}
+
+/** Read and sanitise `ditto.*`: a wrong type falls back to the default (the editor shows the schema error). */
+export function readSettings(get: Getter): DittoSettings {
+  const args = get("serverArgs");
+  const tb = get("timeBudget");
+  return {
+    enable: typeof get("enable") === "boolean" ? (get("enable") as boolean) : DEFAULTS.enable,
+    serverCommand: str(get("serverCommand"), DEFAULTS.serverCommand),
+    pythonPath: typeof get("pythonPath") === "string" ? (get("pythonPath") as string).trim() : "",
+    serverArgs: Array.isArray(args) ? args.filter((a): a is string => typeof a === "string") : [],
+    model: str(get("model"), DEFAULTS.model),
+    drafter: get("drafter") === "none" || get("drafter") === "ngram" ? (get("drafter") as string) : DEFAULTS.drafter,
+    device: str(get("device"), DEFAULTS.device),
+    dtype: str(get("dtype"), DEFAULTS.dtype),
+    maxTokens: num(get("maxTokens"), DEFAULTS.maxTokens, 1, true),
+    draftMax: num(get("draftMax"), DEFAULTS.draftMax, 0, true),
+    temperature: num(get("temperature"), DEFAULTS.temperature, 0, false),
+    timeBudget: tb === null ? null : typeof tb === "number" && tb > 0 ? tb : DEFAULTS.timeBudget,
+    multiline: typeof get("multiline") === "boolean" ? (get("multiline") as boolean) : DEFAULTS.multiline,
+  };
+}
+
+export interface ServerLaunch {
+  command: string;
+  args: string[];
+}
+
+/**
+ * `<serverCommand> serve --model M [serverArgs]`, or `<pythonPath> -m lsp_server.cli serve ...`.
+ * The model is also on the command line so that the server never starts loading its
+ * default model before `initialize` brings the configured one.
+ */
+export function serverLaunch(s: DittoSettings): ServerLaunch {
+  const tail = ["serve", "--model", s.model, ...s.serverArgs];
+  if (s.pythonPath !== "") {
+    return { command: s.pythonPath, args: ["-m", "lsp_server.cli", ...tail] };
+  }
+  return { command: s.serverCommand, args: tail };
+}
+
+export type ServerOptions = Pick<DittoSettings, (typeof SERVER_KEYS)[number]>;
+
+/** What the server gets as `initializationOptions` (flat, camelCase). */
+export function initializationOptions(s: DittoSettings): ServerOptions {
+  const out: Record<string, unknown> = {};
+  for (const k of SERVER_KEYS) out[k] = s[k];
+  return out as ServerOptions;
+}
+
+/** The `workspace/didChangeConfiguration` params for the current settings. */
+export function configurationParams(s: DittoSettings): { settings: { ditto: ServerOptions } } {
+  return { settings: { ditto: initializationOptions(s) } };
+}
+
+/** How a settings change must be applied. */
+export function changeKind(before: DittoSettings, after: DittoSettings): "restart" | "notify" | "none" {
+  const same = (a: unknown, b: unknown) => JSON.stringify(a) === JSON.stringify(b);
+  if (RESTART_KEYS.some((k) => !same(before[k], after[k]))) return "restart";
+  if (SERVER_KEYS.some((k) => !same(before[k], after[k]))) return "notify";
+  return "none";
+}
+
+/** A shell-like one-liner for logs and the README ("what exactly was started"). */
+export function describeLaunch(l: ServerLaunch): string {
+  const q = (a: string) => (/^[\w@%+=:,./-]+$/.test(a) ? a : `'${a.replace(/'/g, `'\\''`)}'`);
+  return [l.command, ...l.args].map(q).join(" ");
+}
