@@ -147,6 +147,10 @@ end
 function M.trace()
   local uri = vim.uri_from_bufnr(vim.api.nvim_get_current_buf())
   request('ditto/trace', { uri = uri }, function(result)
+    if result == nil or result == vim.NIL then
+      vim.notify('Ditto: no completion traced in this buffer yet')
+      return
+    end
     M.scratch('ditto://trace', render(result), 'lua')
   end)
 end
