@@ -37,7 +37,7 @@ function currentSettings(): DittoSettings {
 class ProgressToStatusBar implements StaticFeature {
   constructor(
     private readonly client: LanguageClient,
-    private readonly onValue: (title: string, v: ProgressValue) => void,
+    private readonly onValue: (title: string, message: string | undefined, v: ProgressValue) => void,
   ) {}
   fillClientCapabilities(capabilities: { window?: { workDoneProgress?: boolean } }): void {
     capabilities.window = capabilities.window ?? {};
@@ -50,9 +50,11 @@ class ProgressToStatusBar implements StaticFeature {
     // Runs after languageclient's own ProgressFeature, so this handler replaces its notification popup.
     this.client.onRequest(WorkDoneProgressCreateRequest.type, ({ token }) => {
       let title = "";
+      let message: string | undefined;
       const sub = this.client.onProgress(WorkDoneProgress.type, token, (v) => {
         if (v.kind === "begin") title = v.title;
-        this.onValue(title, v as ProgressValue);
+        if (v.message) message = v.message;
+        this.onValue(title, message, v as ProgressValue);
         if (v.kind === "end") sub.dispose();
       });
     });
@@ -116,8 +118,9 @@ class Ditto implements vscode.Disposable {
     this.log.info(`initializationOptions: ${JSON.stringify(clientOptions.initializationOptions)}`);
     const client = new LanguageClient("ditto", "Ditto", serverOptions, clientOptions);
     client.registerFeature(
-      new ProgressToStatusBar(client, (title, v) => {
-        this.loading = v.kind === "end" ? undefined : progressView(title, v);
+      new ProgressToStatusBar(client, (title, message, v) => {
+        this.loading = v.kind === "end" ? undefined : progressView(title, message, v);
+        if (v.kind !== "report") this.log.info(`progress ${v.kind}: ${message ?? title}`);
         if (v.kind === "end") this.refreshStatsSoon(0);
         this.render();
       }),

@@ -80,12 +80,12 @@ export interface StatsSummary {
   tokensPerPass?: number;
   p50?: number;
   p95?: number;
-  loaded?: boolean;
+  dtype?: string;
+  state?: string; // loading | ready | failed (the server's model_state)
   error?: string;
 }
 
 export function summarize(stats: unknown): StatsSummary {
-  const loadedRaw = pick(stats, "loaded", "model_loaded", "ready");
   return {
     model: pickStr(stats, "model", "model_name", "modelName", "model_spec"),
     device: pickStr(stats, "device"),
@@ -97,8 +97,9 @@ export function summarize(stats: unknown): StatsSummary {
     tokensPerPass: pickNum(stats, "tokens_per_pass", "tokens_per_target_pass", "tokensPerTargetPass"),
     p50: pickNum(stats, "latency_p50_ms", "latency_ms_p50", "latencyp50", "p50_ms", "p50"),
     p95: pickNum(stats, "latency_p95_ms", "latency_ms_p95", "latencyp95", "p95_ms", "p95"),
-    loaded: typeof loadedRaw === "boolean" ? loadedRaw : undefined,
-    error: pickStr(stats, "error", "load_error", "loadError"),
+    dtype: pickStr(stats, "dtype"),
+    state: pickStr(stats, "model_state", "state"),
+    error: pickStr(stats, "model_error", "error", "load_error"),
   };
 }
 
@@ -106,14 +107,19 @@ export function summarize(stats: unknown): StatsSummary {
 export function statsView(stats: unknown, enabled: boolean, fallbackModel: string): StatusView {
   const s = summarize(stats);
   const model = shortModel(s.model ?? fallbackModel);
-  const icon = enabled ? "$(sparkle)" : "$(circle-slash)";
-  let text = `${icon} Ditto ${model}`;
-  if (!enabled) text += " (off)";
-  else if (s.acceptanceRate !== undefined || s.tokensPerPass !== undefined)
-    text += ` · acc ${percent(s.acceptanceRate)} · ${fixed(s.tokensPerPass)} tok/pass`;
+  let text: string;
+  if (s.state === "loading") text = `$(loading~spin) Ditto: loading ${model}`;
+  else if (s.state === "failed" || s.error) text = `$(warning) Ditto: ${model} failed to load`;
+  else if (!enabled) text = `$(circle-slash) Ditto ${model} (off)`;
+  else {
+    text = `$(sparkle) Ditto ${model}`;
+    if (s.acceptanceRate !== undefined || s.tokensPerPass !== undefined)
+      text += ` · acc ${percent(s.acceptanceRate)} · ${fixed(s.tokensPerPass)} tok/pass`;
+  }
   const rows: [string, string][] = [
     ["model", s.model ?? fallbackModel],
-    ["device", s.device ?? "–"],
+    ["state", s.state ?? "–"],
+    ["device / dtype", `${s.device ?? "–"} / ${s.dtype ?? "–"}`],
     ["suggestions", enabled ? "on" : "off"],
     ["requests", s.requests?.toString() ?? "–"],
     ["cancelled / superseded / stale", [s.cancelled, s.superseded, s.stale].map((x) => x?.toString() ?? "–").join(" / ")],
@@ -136,12 +142,13 @@ export interface ProgressValue {
   percentage?: number;
 }
 
-export function progressView(title: string, v: ProgressValue): StatusView {
+/** `title` is the begin's title; `message` the latest message seen (a report may omit it). */
+export function progressView(title: string, message: string | undefined, v: ProgressValue): StatusView {
   const pct = typeof v.percentage === "number" ? ` ${Math.round(v.percentage)}%` : "";
-  const msg = v.message ? ` — ${v.message}` : "";
+  const what = message || (title && title !== "Ditto" ? title : "loading");
   return {
-    text: `$(loading~spin) Ditto: ${title || "loading"}${pct}`,
-    tooltip: `**Ditto** ${title || "loading"}${pct}${msg}`,
+    text: `$(loading~spin) Ditto: ${what}${pct}`,
+    tooltip: `**Ditto** ${title && title !== "Ditto" ? title + ": " : ""}${what}${pct}`,
   };
 }
 

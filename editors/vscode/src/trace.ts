@@ -36,12 +36,20 @@ function asArray(v: unknown): unknown[] | undefined {
   return Array.isArray(v) ? v : undefined;
 }
 
+/** The first of `names` whose value is an array (a server may send both token lists and joined strings). */
+function pickArray(obj: unknown, ...names: string[]): unknown[] | undefined {
+  for (const n of names) {
+    const v = asArray(pick(obj, n));
+    if (v) return v;
+  }
+  return undefined;
+}
+
 export function readRounds(trace: unknown): TraceRound[] | undefined {
   const raw = asArray(pick(trace, "rounds", "steps"));
   if (!raw) return undefined;
   return raw.map((r) => {
-    const proposed =
-      asArray(pick(r, "proposed_text", "proposedText", "proposed_tokens", "draft_text", "proposed", "draft")) ?? [];
+    const proposed = pickArray(r, "proposed", "proposed_tokens", "draft_tokens", "draft", "proposed_text") ?? [];
     const accepted = pick(r, "accepted", "n_accepted", "num_accepted");
     const ms = pick(r, "ms", "time_ms", "elapsed_ms");
     const ml = pick(r, "match_len", "matchLen");
@@ -49,7 +57,7 @@ export function readRounds(trace: unknown): TraceRound[] | undefined {
     return {
       proposed,
       accepted: typeof accepted === "number" ? Math.max(0, Math.min(accepted, proposed.length)) : 0,
-      token: pick(r, "token_text", "tokenText", "token"),
+      token: pick(r, "appended", "token_text", "tokenText", "token"),
       kind: String(pick(r, "kind") ?? (proposed.length ? "correction" : "plain")),
       source: typeof src === "string" ? src : undefined,
       matchLen: typeof ml === "number" ? ml : undefined,
@@ -102,6 +110,8 @@ export function renderTraceHtml(trace: unknown, opts: { uri?: string; cspSource?
     `<b>${gained}</b> tokens`,
     `<b>${fixed(perPass)}</b> tokens/pass`,
     `acceptance <b>${percent(rate)}</b> (${accepted}/${drafted} drafted)`,
+    typeof pick(trace, "latency_ms") === "number" ? `latency <b>${escapeHtml(String(pick(trace, "latency_ms")))} ms</b>` : "",
+    typeof pick(trace, "stop_reason") === "string" ? `stopped by <b>${escapeHtml(String(pick(trace, "stop_reason")))}</b>` : "",
   ].filter((x) => x !== "");
   const rows = rounds
     .map((r, i) => {

@@ -15,6 +15,29 @@ const TRACE = {
   ],
 };
 
+// The reply of the server as it is (lsp_server/server.py DittoServer._record).
+const SERVER_TRACE = {
+  uri: "file:///w/a.py", version: 3, position: { line: 22, character: 15 },
+  text: "self.side", raw: "self.side\n", drafter: "ngram", stop_reason: "block_end",
+  stats: { tokens: 3, generated: 4, target_passes: 2, drafted: 3, accepted: 2, stop_reason: "block_end", acceptance_rate: 0.6667, tokens_per_pass: 2 },
+  latency_ms: 85.3,
+  rounds: [
+    { proposed: ["self", ".", "width"], proposed_text: "self.width", accepted: 2, appended: "side", kind: "correction", source: "buffer:/w/a.py", match_len: 4, ms: 30.1 },
+    { proposed: [], proposed_text: "", accepted: 0, appended: "\n", kind: "plain", source: "", match_len: 0, ms: 20 },
+  ],
+};
+
+test("the server's ditto/trace reply: token lists, appended token, stop reason", () => {
+  const html = renderTraceHtml(SERVER_TRACE);
+  assert.match(html, /<span class="tok acc">self<\/span><span class="tok acc">\.<\/span><span class="tok rej">width<\/span><span class="tok own" title="correction">side<\/span>/);
+  assert.match(html, /<span class="tok own" title="plain">⏎<\/span>/);
+  assert.match(html, /<b>2<\/b> target passes/);
+  assert.match(html, /acceptance <b>67%<\/b> \(2\/3 drafted\)/);
+  assert.match(html, /stopped by <b>block_end<\/b>/);
+  assert.match(html, /latency <b>85\.3 ms<\/b>/);
+  assert.match(html, /buffer:\/w\/a\.py \(match 4\)/);
+});
+
 test("readRounds normalises rounds and clamps accepted", () => {
   const r = readRounds({ rounds: [{ proposed: [1, 2], accepted: 5, token: 9 }] })!;
   assert.equal(r[0].accepted, 2);

