@@ -157,7 +157,11 @@ def run(args) -> int:
                             progress.console.print(f"[red]mismatch[/red] {r['task']} {r['system']}: "
                                                    f"{r['text']!r} vs off {r.get('reference_text')!r}")
                 done_tasks.append(task)
-                progress.update(bar, advance=1, info=_info(records, args.mode))
+                info = _info(records, args.mode)
+                progress.update(bar, advance=1, info=info)
+                if not progress.console.is_terminal:  # a log file gets one line per task instead of a bar
+                    print(f"[{len(done_tasks)}/{len(h.tasks)} {time.perf_counter() - t_run:.0f}s] {task.id}  {info}",
+                          file=sys.stderr, flush=True)
     except KeyboardInterrupt:
         partial, stopped = True, "interrupted (Ctrl-C)"
         done = {t.id for t in done_tasks}

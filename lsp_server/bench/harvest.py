@@ -74,9 +74,14 @@ class Task:
         """Document text from the cursor on."""
         return "\n".join(self.document.split("\n")[self.line :])
 
+    @property
+    def typing(self) -> str:
+        """What the user types: the block and the line break that ends it (which gives back the post-commit file)."""
+        return self.truth + "\n"
+
     def typed(self, n: int) -> tuple[str, int, int]:
-        """The document after typing the first n characters of the truth: (text, line, col)."""
-        typed = self.truth[:n]
+        """The document after typing the first n characters of `typing`: (text, line, col)."""
+        typed = self.typing[:n]
         text = self.prefix + typed + self.suffix
         parts = typed.split("\n")
         return text, self.line + len(parts) - 1, len(parts[-1])
@@ -259,10 +264,13 @@ def tasks_from_commit(repo: Path, sha: str, parent: str, date: int, subject: str
         for os_, oc, ns, nc, minus, plus in f.hunks:
             if oc != 0 or not (opts.min_lines <= nc <= opts.max_lines) or minus:
                 continue
-            block = "\n".join(plus)
+            # Blank lines at the block's edges stay in the document: the task is the code.
+            lead = next((i for i, l in enumerate(plus) if l.strip()), len(plus))
+            trail = next((i for i, l in enumerate(reversed(plus)) if l.strip()), 0)
+            block = "\n".join(plus[lead : len(plus) - trail])
             if len(_WS.sub("", block)) < opts.min_chars:
                 continue
-            candidates.append((f, lang, ns, nc, block))
+            candidates.append((f, lang, ns + lead, nc - lead - trail, block))
     if not candidates:
         return [], None
     picked = candidates if len(candidates) <= opts.per_commit else rng.sample(candidates, opts.per_commit)
