@@ -1,0 +1,172 @@
+"""One model worker thread; the newest request per document wins.
+
+The event loop never runs the model: a handler calls `await scheduler.run(key, fn)`,
+which queues `fn(cancel)` for the worker thread and awaits its result. Three things
+set a job's `cancel` event, which the engine checks between decode steps and prefill
+chunks:
+- the awaiting task is cancelled (`$/cancelRequest`): `run` sets it in
+  `except asyncio.CancelledError`;
+- a newer job arrives for the same key (Neovim never cancels superseded requests): the
+  older job is marked superseded and its `run` returns `Superseded`;
+- `close()`.
+Jobs without a key (model loads) are never superseded. Jobs run one at a time, in order.
+
+Also here: `StepHook`, a thin wrapper around a loaded model whose `forward` calls a hook
+before every pass, used for the `debug_step_delay_ms` / `debug_notify_steps` settings.
+Left out on purpose: LSP types, what a job computes.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import logging
+import queue
+import threading
+from concurrent.futures import Future
+from dataclasses import dataclass, field
+from typing import Any, Callable
+
+log = logging.getLogger(__name__)
+
+
+class Superseded(Exception):
+    """A newer request for the same document replaced this one."""
+
+
+class Closed(Exception):
+    """The scheduler was closed before the job ran."""
+
+
+@dataclass
+class Job:
+    key: str | None
+    fn: Callable[[threading.Event], Any]
+    cancel: threading.Event = field(default_factory=threading.Event)
+    future: Future = field(default_factory=Future)
+    superseded: bool = False
+
+
+class Scheduler:
+    def __init__(self, name: str = "ditto-model"):
+        self._queue: queue.Queue[Job | None] = queue.Queue()
+        self._lock = threading.Lock()
+        self._latest: dict[str, Job] = {}  # key -> newest job not yet finished
+        self._running: Job | None = None
+        self._pending = 0  # queued + running
+        self._closed = False
+        self._thread = threading.Thread(target=self._work, name=name, daemon=True)
+        self._thread.start()
+
+    # -- state -----------------------------------------------------------------------
+    @property
+    def busy(self) -> bool:
+        """True while a job is queued or running."""
+        with self._lock:
+            return self._pending > 0
+
+    @property
+    def pending(self) -> int:
+        with self._lock:
+            return self._pending
+
+    # -- submitting ----------------------------------------------------------------------
+    def submit(self, key: str | None, fn: Callable[[threading.Event], Any]) -> Job:
+        """Queue fn(cancel) on the worker; a queued or running job with the same key is superseded."""
+        job = Job(key, fn)
+        with self._lock:
+            if self._closed:
+                job.future.set_exception(Closed("the model worker has stopped"))
+                return job
+            if key is not None:
+                old = self._latest.get(key)
+                if old is not None and not old.future.done():
+                    old.superseded = True
+                    old.cancel.set()
+                self._latest[key] = job
+            self._pending += 1
+        self._queue.put(job)
+        return job
+
+    async def run(self, key: str | None, fn: Callable[[threading.Event], Any]) -> Any:
+        """Run fn(cancel) on the worker and await its result.
+
+        Raises Superseded when a newer job for `key` replaced this one, and re-raises
+        CancelledError (after setting the job's cancel event) when the awaiting task is
+        cancelled.
+        """
+        job = self.submit(key, fn)
+        try:
+            result = await asyncio.wrap_future(job.future)
+        except asyncio.CancelledError:
+            job.cancel.set()
+            raise
+        if job.superseded:
+            raise Superseded()
+        return result
+
+    def close(self) -> None:
+        with self._lock:
+            self._closed = True
+            for job in self._latest.values():
+                job.cancel.set()
+            if self._running is not None:
+                self._running.cancel.set()
+        self._queue.put(None)
+
+    def join(self, timeout: float | None = None) -> bool:
+        self._thread.join(timeout)
+        return not self._thread.is_alive()
+
+    # -- the worker ----------------------------------------------------------------------
+    def _work(self) -> None:
+        while True:
+            job = self._queue.get()
+            if job is None:
+                break
+            with self._lock:
+                self._running = job
+            result = exc = None
+            try:
+                if job.superseded or job.future.cancelled():
+                    exc = Superseded()  # never started
+                elif self._closed:
+                    exc = Closed("the model worker has stopped")
+                else:
+                    result = job.fn(job.cancel)
+            except BaseException as err:  # handed to the awaiting handler
+                exc = err
+            with self._lock:
+                # Free before answering, so that whoever awaits the answer sees the worker idle.
+                self._running = None
+                self._pending -= 1
+                if job.key is not None and self._latest.get(job.key) is job:
+                    del self._latest[job.key]
+            if job.future.set_running_or_notify_cancel():
+                if exc is not None:
+                    job.future.set_exception(exc)
+                else:
+                    job.future.set_result(result)
+        with self._lock:
+            while not self._queue.empty():
+                job = self._queue.get_nowait()
+                if job is not None and job.future.set_running_or_notify_cancel():
+                    job.future.set_exception(Closed("the model worker has stopped"))
+
+
+class StepHook:
+    """Wraps a loaded model; `before_step()` runs before every forward pass.
+
+    Every other attribute is the wrapped model's, so the engine uses it unchanged.
+    """
+
+    def __init__(self, lm, before_step: Callable[[int], None] | None = None):
+        self._lm = lm
+        self.before_step = before_step
+
+    def forward(self, ids, cache, logits_to_keep: int = 0):
+        if self.before_step is not None:
+            self.before_step(len(ids))
+        return self._lm.forward(ids, cache, logits_to_keep=logits_to_keep)
+
+    def __getattr__(self, name):
+        return getattr(self._lm, name)

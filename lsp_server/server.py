@@ -1,0 +1,557 @@
+"""The language server: LSP in, ghost-text suggestions out. The only module importing pygls.
+
+- `textDocument/inlineCompletion` (registered WITH InlineCompletionOptions, else pygls
+  2.1.1 does not advertise it) and `textDocument/completion` as a fallback (one item).
+- Incremental document sync; positions in the negotiated encoding (UTF-16 by default)
+  through pygls's position codec. Only documents the client opened are read: pygls's
+  `workspace.get_text_document` would read any other URI from disk, so membership in
+  `workspace.text_documents` is checked first.
+- The model runs on the scheduler's single worker thread; handlers snapshot
+  (uri, version, text, position), await the worker, and drop a result whose document
+  version changed meanwhile. `$/cancelRequest` and newer requests for the same document
+  set the engine's stop flag.
+- The model loads on the worker in the background with `$/progress`; until it is ready
+  completion requests get `None`. A failure is shown once (`window/showMessage`) and
+  logged; a settings change to a loadable model recovers.
+- Params pygls cannot deserialise get an InvalidParams error (pygls 2.1.1 sends no reply
+  at all for them).
+- Custom requests `ditto/stats` and `ditto/trace`.
+
+Left out on purpose: prompts and stop rules (context.py, completer.py), decoding
+(engine.py), the command line (server_cli.py).
+"""
+
+from __future__ import annotations
+
+import asyncio
+import itertools
+import logging
+import threading
+import time
+from collections import deque
+from dataclasses import dataclass, field
+from typing import Any
+
+from lsprotocol import types
+from pygls.exceptions import JsonRpcException, JsonRpcInvalidParams
+from pygls.lsp.server import LanguageServer
+from pygls.protocol import LanguageServerProtocol
+from pygls.uris import to_fs_path
+
+from .scheduler import Scheduler, StepHook, Superseded
+from .settings import Settings, SettingsError
+
+log = logging.getLogger(__name__)
+
+STATS = "ditto/stats"
+TRACE = "ditto/trace"
+DEBUG_STEP = "ditto/debug/step"
+
+
+class _Answered:
+    """Stands in for a request pygls could not deserialise and that was already answered."""
+
+    jsonrpc = "answered"
+
+
+class DittoProtocol(LanguageServerProtocol):
+    """Answers requests whose params fail to deserialise with InvalidParams."""
+
+    def structure_message(self, data: dict[str, Any]):
+        try:
+            return super().structure_message(data)
+        except JsonRpcException as exc:
+            if isinstance(data, dict) and "id" in data and "method" in data:
+                err = exc if isinstance(exc, JsonRpcInvalidParams) else JsonRpcInvalidParams()
+                err.message = f"invalid params for {data.get('method')!r}"
+                self._send_response(data["id"], error=err.to_response_error())
+                return _Answered()
+            raise
+
+    def handle_message(self, message):
+        if isinstance(message, _Answered):
+            return
+        super().handle_message(message)
+
+
+@dataclass
+class Counters:
+    requests: int = 0  # inline + completion requests received
+    completed: int = 0  # answered with the model's result (empty or not)
+    empty: int = 0  # of which the suggestion was empty (answered None)
+    cancelled: int = 0  # $/cancelRequest
+    superseded: int = 0  # replaced by a newer request for the same document
+    dropped_stale: int = 0  # the document changed while computing
+    not_ready: int = 0  # no model loaded yet (answered None)
+    invalid: int = 0  # unknown document or position outside it (answered None)
+    errors: int = 0  # the engine raised
+    drafted: int = 0
+    accepted: int = 0
+    generated: int = 0
+    target_passes: int = 0
+    latencies_ms: deque = field(default_factory=lambda: deque(maxlen=1000))
+
+
+def percentile(values, q: float) -> float | None:
+    xs = sorted(values)
+    if not xs:
+        return None
+    i = min(len(xs) - 1, max(0, round(q / 100 * (len(xs) - 1))))
+    return round(xs[i], 1)
+
+
+@dataclass
+class Snapshot:
+    uri: str
+    version: int | None
+    text: str
+    line: int  # 0-based
+    col: int  # code points
+    position: types.Position  # in client units, clamped to the line
+
+
+class DittoServer(LanguageServer):
+    def __init__(self, settings: Settings | None = None):
+        super().__init__("ditto-lsp", "0.1.0", protocol_cls=DittoProtocol,
+                         text_document_sync_kind=types.TextDocumentSyncKind.Incremental)
+        self.settings = settings or Settings()
+        self.scheduler = Scheduler()
+        self.counters = Counters()
+        self.completer = None  # lsp_server.completer.Completer once a model is loaded
+        self.model_state = "not loaded"  # not loaded | loading | ready | failed
+        self.model_error: str | None = None
+        self.model_info: dict = {}
+        self.traces: dict[str, dict] = {}  # uri -> last completion's rounds
+        self._loaded_key: tuple | None = None
+        self._load_seq = itertools.count(1)
+        self._load_wanted = 0
+        self._dirty: dict[str, str | None] = {}  # uri -> new text (None: closed), applied on the worker
+        self._dirty_lock = threading.Lock()
+        self._step_cancel: threading.Event | None = None
+        self._step_uri: str | None = None
+        self.loop: asyncio.AbstractEventLoop | None = None
+
+    # -- errors ------------------------------------------------------------------------
+    def report_server_error(self, error, source):
+        # pygls's default shows every out-of-band error to the user; log instead.
+        log.error("%s: %s", getattr(source, "__name__", source), error)
+
+    # -- documents -----------------------------------------------------------------------
+    def document(self, uri: str):
+        """The open document, or None; never reads from disk."""
+        return self.workspace.text_documents.get(uri)
+
+    def mark_dirty(self, uri: str, text: str | None) -> None:
+        with self._dirty_lock:
+            self._dirty[uri] = text
+
+    def _apply_dirty(self, completer) -> None:
+        """On the worker: bring the drafter's index up to date with the open buffers."""
+        with self._dirty_lock:
+            dirty, self._dirty = self._dirty, {}
+        for uri, text in dirty.items():
+            if text is None:
+                completer.forget_buffer(buffer_name(uri))
+            else:
+                completer.set_buffer(buffer_name(uri), text)
+
+    # -- model loading --------------------------------------------------------------------
+    def request_load(self) -> None:
+        """Load the model of the current settings in the background (no-op if loaded)."""
+        if self._loaded_key == self.settings.model_key() and self.model_state in ("ready", "loading"):
+            return
+        seq = next(self._load_seq)
+        self._load_wanted = seq
+        self.model_state = "loading"
+        self._loaded_key = self.settings.model_key()
+        asyncio.ensure_future(self._load(seq, self.settings))
+
+    async def _load(self, seq: int, settings: Settings) -> None:
+        token = f"ditto-load-{seq}"
+        progress = self._progress_supported()
+        if progress:
+            try:
+                await self.work_done_progress.create_async(token)
+            except Exception as err:  # the client refused: load without progress
+                log.warning("window/workDoneProgress/create failed: %s", err)
+                progress = False
+        if progress:
+            self.work_done_progress.begin(token, types.WorkDoneProgressBegin(
+                title="Ditto", message=f"loading model {settings.model}", percentage=0))
+        loop = asyncio.get_running_loop()
+
+        def report(msg: str, frac) -> None:
+            if progress:
+                pct = None if frac is None else max(0, min(100, int(frac * 100)))
+                self.work_done_progress.report(token, types.WorkDoneProgressReport(message=msg, percentage=pct))
+
+        def job(cancel: threading.Event):
+            if seq != self._load_wanted:
+                return None  # a newer load was asked for meanwhile
+            from .completer import Completer, CompleterSettings
+            from .engine import Engine
+            from .model import load
+
+            self.completer = None
+            lm = load(settings.model, device=settings.device, dtype=settings.dtype,
+                      trust_remote_code=settings.trust_remote_code,
+                      progress=lambda msg, frac: loop.call_soon_threadsafe(report, msg, frac))
+            completer = Completer(lm, engine=Engine(StepHook(lm, self._before_step)),
+                                  settings=CompleterSettings(drafter=settings.drafter, multiline=settings.multiline))
+            with self._dirty_lock:
+                self._dirty = {uri: doc.source for uri, doc in self.workspace.text_documents.items()}
+            self._apply_dirty(completer)
+            self.completer = completer
+            return lm
+
+        try:
+            lm = await self.scheduler.run(None, job)
+        except Exception as err:
+            if seq == self._load_wanted:
+                self.model_state = "failed"
+                self.model_error = str(err).splitlines()[0] if str(err) else type(err).__name__
+                self._loaded_key = None
+                msg = f"Ditto: could not load model {settings.model!r}: {self.model_error}"
+                log.error("%s", msg, exc_info=not _is_model_error(err))
+                self.window_show_message(types.ShowMessageParams(type=types.MessageType.Error, message=msg))
+            if progress:
+                self.work_done_progress.end(token, types.WorkDoneProgressEnd(message="failed"))
+            return
+        if progress:
+            self.work_done_progress.end(token, types.WorkDoneProgressEnd(message="ready" if lm else "skipped"))
+        if lm is None or seq != self._load_wanted:
+            return
+        self.model_state = "ready"
+        self.model_error = None
+        self.model_info = {"model": lm.spec, "name": lm.name, "device": str(lm.device),
+                           "dtype": str(lm.dtype).replace("torch.", ""), "load_seconds": round(lm.load_seconds, 2)}
+        log.info("model %s ready on %s in %.1f s", lm.spec, lm.device, lm.load_seconds)
+
+    def _progress_supported(self) -> bool:
+        caps = self.client_capabilities
+        return bool(caps and caps.window and caps.window.work_done_progress)
+
+    def _before_step(self, n_tokens: int) -> None:
+        """On the worker, before every model pass: the debug hooks of the settings."""
+        s = self.settings
+        if s.debug_notify_steps and self.loop is not None:
+            params = {"uri": self._step_uri, "tokens": n_tokens}
+            self.loop.call_soon_threadsafe(self.protocol.notify, DEBUG_STEP, params)
+        if s.debug_step_delay_ms > 0 and self._step_cancel is not None:
+            self._step_cancel.wait(s.debug_step_delay_ms / 1000)
+
+    # -- settings ----------------------------------------------------------------------------
+    def apply_settings(self, options, where: str, load: bool = True) -> None:
+        unknown: list[str] = []
+        try:
+            new = self.settings.merged(options, unknown)
+        except SettingsError as err:
+            msg = f"Ditto: ignored {where}: {err}"
+            log.error("%s", msg)
+            self.window_show_message(types.ShowMessageParams(type=types.MessageType.Error, message=msg))
+            return
+        if unknown:
+            log.warning("ignored unknown settings in %s: %s", where, ", ".join(unknown))
+        old, self.settings = self.settings, new
+        if self.completer is not None:
+            from .completer import CompleterSettings
+
+            self.completer.settings = CompleterSettings(drafter=new.drafter, multiline=new.multiline)
+        if load and (new.model_key() != old.model_key() or self.model_state == "failed"):
+            self.request_load()
+
+    # -- positions ---------------------------------------------------------------------------
+    def snapshot(self, uri: str, position: types.Position) -> Snapshot | None:
+        doc = self.document(uri)
+        if doc is None:
+            log.info("request for a document that is not open: %s", uri)
+            return None
+        text = doc.source
+        lines = text.split("\n")
+        if position.line >= len(lines):
+            log.info("position %s:%d is past the end (%d lines)", uri, position.line, len(lines))
+            return None
+        line = lines[position.line].removesuffix("\r")
+        codec = self.workspace.position_codec
+        units = codec.client_num_units(line)
+        # LSP: a character past the end of the line means the end of the line.
+        char = min(position.character, units)
+        clamped = types.Position(line=position.line, character=char)
+        col = codec.position_from_client_units([line], types.Position(line=0, character=char)).character
+        return Snapshot(uri, doc.version, text, position.line, col, clamped)
+
+    def to_client(self, text: str, line: int, col: int) -> types.Position:
+        line_text = text.split("\n")[line]
+        return types.Position(line=line, character=self.workspace.position_codec.client_num_units(line_text[:col]))
+
+    # -- completion ------------------------------------------------------------------------------
+    async def suggest(self, snap: Snapshot) -> str | None:
+        """The ghost text for `snap`, or None (not ready, superseded, stale, empty)."""
+        c = self.counters
+        c.requests += 1
+        if self.model_state != "ready" or self.completer is None:
+            c.not_ready += 1
+            return None
+        t0 = time.perf_counter()
+        settings = self.settings
+        options = settings.decode_options()
+
+        def job(cancel: threading.Event):
+            completer = self.completer
+            if completer is None:
+                return None
+            self._apply_dirty(completer)
+            self._step_cancel, self._step_uri = cancel, snap.uri
+            try:
+                sug = completer.complete(snap.text, snap.line, snap.col, name=buffer_name(snap.uri), options=options,
+                                         cancel=cancel, cache_key=snap.uri)
+            finally:
+                self._step_cancel = self._step_uri = None
+            self._record(snap, sug, completer)
+            return sug
+
+        try:
+            sug = await self.scheduler.run(snap.uri, job)
+        except asyncio.CancelledError:
+            c.cancelled += 1
+            raise
+        except Superseded:
+            c.superseded += 1
+            return None
+        except Exception:
+            c.errors += 1
+            raise
+        if sug is None:
+            c.not_ready += 1
+            return None
+        doc = self.document(snap.uri)
+        if doc is None or doc.version != snap.version:
+            c.dropped_stale += 1
+            return None
+        if sug.completion.stats.stop_reason == "cancelled":  # superseded while running
+            c.superseded += 1
+            return None
+        c.completed += 1
+        c.latencies_ms.append((time.perf_counter() - t0) * 1000)
+        s = sug.completion.stats
+        c.drafted += s.drafted
+        c.accepted += s.accepted
+        c.generated += s.generated
+        c.target_passes += s.target_passes
+        if not sug.text:
+            c.empty += 1
+            return None
+        return sug.text
+
+    def _record(self, snap: Snapshot, sug, completer) -> None:
+        lm = completer.lm
+        s = sug.completion.stats
+        self.traces[snap.uri] = {
+            "uri": snap.uri,
+            "version": snap.version,
+            "position": {"line": snap.position.line, "character": snap.position.character},
+            "text": sug.text,
+            "raw": sug.raw,
+            "drafter": sug.drafter,
+            "stop_reason": s.stop_reason,
+            "stats": s.as_dict(),
+            "latency_ms": round(sug.latency_ms, 1),
+            "rounds": [{
+                "proposed": [lm.token_text(t) for t in r.proposed],
+                "proposed_text": lm.decode(r.proposed) if r.proposed else "",
+                "accepted": r.accepted,
+                "appended": lm.token_text(r.token),
+                "kind": r.kind,
+                "source": r.source,
+                "match_len": r.match_len,
+                "ms": r.ms,
+            } for r in sug.completion.rounds],
+        }
+
+    def stats(self) -> dict:
+        c = self.counters
+        return {
+            "requests": c.requests,
+            "completed": c.completed,
+            "empty": c.empty,
+            "cancelled": c.cancelled,
+            "superseded": c.superseded,
+            "dropped_stale": c.dropped_stale,
+            "not_ready": c.not_ready,
+            "invalid": c.invalid,
+            "errors": c.errors,
+            "latency_ms": {"p50": percentile(c.latencies_ms, 50), "p95": percentile(c.latencies_ms, 95),
+                           "count": len(c.latencies_ms)},
+            "acceptance_rate": round(c.accepted / c.drafted, 4) if c.drafted else None,
+            "tokens_per_target_pass": round(c.generated / c.target_passes, 4) if c.target_passes else None,
+            "drafted": c.drafted,
+            "accepted": c.accepted,
+            "model": self.model_info.get("model") if self.model_state == "ready" else self.settings.model,
+            "device": self.model_info.get("device") if self.model_state == "ready" else None,
+            "dtype": self.model_info.get("dtype") if self.model_state == "ready" else None,
+            "model_state": self.model_state,
+            "model_error": self.model_error,
+            "worker_busy": self.scheduler.busy,
+            "worker_pending": self.scheduler.pending,
+            "open_documents": len(self.workspace.text_documents) if self.protocol._workspace else 0,
+        }
+
+
+def buffer_name(uri: str) -> str:
+    """The name a buffer has in prompts and the drafter's index: its path when it is a file."""
+    try:
+        return to_fs_path(uri) or uri
+    except Exception:
+        return uri
+
+
+def _is_model_error(err: Exception) -> bool:
+    return type(err).__name__ == "ModelError"
+
+
+def _get(obj, *names, default=None):
+    """Read a field of custom-request params (a namedtuple, dict or None)."""
+    for name in names:
+        if obj is None:
+            return default
+        obj = obj.get(name) if isinstance(obj, dict) else getattr(obj, name, None)
+    return default if obj is None else obj
+
+
+def build_server(settings: Settings | None = None) -> DittoServer:
+    server = DittoServer(settings)
+
+    @server.feature(types.INITIALIZE)
+    def on_initialize(ls: DittoServer, params: types.InitializeParams):
+        ls.loop = asyncio.get_running_loop() if _has_loop() else None
+        if params.initialization_options is not None:
+            ls.apply_settings(params.initialization_options, "initializationOptions", load=False)
+
+    @server.feature(types.INITIALIZED)
+    def on_initialized(ls: DittoServer, params: types.InitializedParams):
+        ls.loop = asyncio.get_running_loop()
+        ls.request_load()
+
+    @server.feature(types.SHUTDOWN)
+    def on_shutdown(ls: DittoServer, params):
+        ls.scheduler.close()
+
+    @server.feature(types.WORKSPACE_DID_CHANGE_CONFIGURATION)
+    def on_configuration(ls: DittoServer, params: types.DidChangeConfigurationParams):
+        ls.apply_settings(params.settings, "workspace/didChangeConfiguration")
+
+    @server.feature(types.TEXT_DOCUMENT_DID_OPEN)
+    def on_open(ls: DittoServer, params: types.DidOpenTextDocumentParams):
+        ls.mark_dirty(params.text_document.uri, params.text_document.text)
+
+    @server.feature(types.TEXT_DOCUMENT_DID_CHANGE)
+    def on_change(ls: DittoServer, params: types.DidChangeTextDocumentParams):
+        doc = ls.document(params.text_document.uri)
+        if doc is not None:
+            ls.mark_dirty(doc.uri, doc.source)
+
+    @server.feature(types.TEXT_DOCUMENT_DID_CLOSE)
+    def on_close(ls: DittoServer, params: types.DidCloseTextDocumentParams):
+        ls.mark_dirty(params.text_document.uri, None)
+        ls.traces.pop(params.text_document.uri, None)
+
+    @server.feature(types.TEXT_DOCUMENT_INLINE_COMPLETION, types.InlineCompletionOptions())
+    async def inline_completion(ls: DittoServer, params: types.InlineCompletionParams):
+        snap = ls.snapshot(params.text_document.uri, params.position)
+        if snap is None:
+            ls.counters.invalid += 1
+            return None
+        sel = params.context.selected_completion_info if params.context else None
+        replace = _selected_range(ls, snap, sel)
+        if replace is not None:
+            start_col, end_col = replace
+            line_text = snap.text.split("\n")[snap.line]
+            new_line = line_text[:start_col] + sel.text + line_text[end_col:]
+            lines = snap.text.split("\n")
+            lines[snap.line] = new_line
+            snap = Snapshot(snap.uri, snap.version, "\n".join(lines), snap.line, start_col + len(sel.text),
+                            snap.position)
+        text = await ls.suggest(snap)
+        if not text:
+            return None
+        if replace is not None:
+            items = [types.InlineCompletionItem(insert_text=sel.text + text, range=sel.range)]
+        else:
+            here = types.Range(start=snap.position, end=snap.position)
+            items = [types.InlineCompletionItem(insert_text=text, range=here)]
+            first = text.split("\n", 1)[0]
+            invoked = params.context and params.context.trigger_kind == types.InlineCompletionTriggerKind.Invoked
+            if invoked and "\n" in text and first.strip():
+                items.append(types.InlineCompletionItem(insert_text=first, range=here))
+        return types.InlineCompletionList(items=items)
+
+    @server.feature(types.TEXT_DOCUMENT_COMPLETION, types.CompletionOptions(trigger_characters=[".", "(", " "]))
+    async def completion(ls: DittoServer, params: types.CompletionParams):
+        snap = ls.snapshot(params.text_document.uri, params.position)
+        if snap is None:
+            ls.counters.invalid += 1
+            return None
+        text = await ls.suggest(snap)
+        if not text:
+            return None
+        line_text = snap.text.split("\n")[snap.line]
+        start = snap.col
+        while start > 0 and (line_text[start - 1].isalnum() or line_text[start - 1] == "_"):
+            start -= 1
+        word = line_text[start:snap.col]
+        first = text.split("\n", 1)[0]
+        edit_range = types.Range(start=ls.to_client(snap.text, snap.line, start), end=snap.position)
+        item = types.CompletionItem(
+            label=first if first.strip() else text.strip().split("\n", 1)[0],
+            kind=types.CompletionItemKind.Text,
+            detail="Ditto",
+            documentation=types.MarkupContent(kind=types.MarkupKind.PlainText, value=text) if "\n" in text else None,
+            filter_text=word + first,
+            sort_text="0",
+            insert_text_format=types.InsertTextFormat.PlainText,
+            text_edit=types.TextEdit(range=edit_range, new_text=word + text),
+        )
+        return types.CompletionList(is_incomplete=True, items=[item])
+
+    @server.feature(STATS)
+    def stats(ls: DittoServer, params):
+        return ls.stats()
+
+    @server.feature(TRACE)
+    def trace(ls: DittoServer, params):
+        uri = _get(params, "uri") or _get(params, "textDocument", "uri")
+        if uri is not None and not isinstance(uri, str):
+            raise JsonRpcInvalidParams("ditto/trace: uri must be a string")
+        if uri is None:
+            return None
+        return ls.traces.get(uri)
+
+    return server
+
+
+def _has_loop() -> bool:
+    try:
+        asyncio.get_running_loop()
+        return True
+    except RuntimeError:
+        return False
+
+
+def _selected_range(ls: DittoServer, snap: Snapshot, sel) -> tuple[int, int] | None:
+    """(start, end) code-point columns of the selected completion's range, if it can be honoured."""
+    if sel is None:
+        return None
+    r = sel.range
+    if r.start.line != snap.line or r.end.line != snap.line or "\n" in sel.text:
+        log.info("selectedCompletionInfo not on the cursor line: ignored")
+        return None
+    line_text = snap.text.split("\n")[snap.line].removesuffix("\r")
+    codec = ls.workspace.position_codec
+    start = codec.position_from_client_units([line_text], types.Position(0, min(r.start.character,
+                                                                               codec.client_num_units(line_text))))
+    end = codec.position_from_client_units([line_text], types.Position(0, min(r.end.character,
+                                                                             codec.client_num_units(line_text))))
+    if not (start.character <= snap.col <= end.character):
+        log.info("selectedCompletionInfo range does not contain the cursor: ignored")
+        return None
+    return start.character, end.character

@@ -1,0 +1,62 @@
+"""`ditto-lsp serve`: run the language server on stdio, or on a loopback TCP port.
+
+Kept light at import time (the CLI imports it to build its parser): pygls and torch are
+imported inside run(). stdout carries the protocol, so logs go to stderr or --log-file.
+"""
+
+from __future__ import annotations
+
+import argparse
+import logging
+import sys
+
+
+def configure(p: argparse.ArgumentParser) -> None:
+    from .cli import add_decode_args, add_model_args
+
+    p.description = ("Run the language server. Speaks LSP on stdin/stdout unless --tcp is given. "
+                     "Every option here can also be set by the editor as initializationOptions or "
+                     "workspace/didChangeConfiguration settings (e.g. {\"model\": \"tiny-random\", \"maxTokens\": 32}).")
+    g = p.add_argument_group("transport")
+    g.add_argument("--stdio", action="store_true", help="speak LSP on stdin/stdout (the default)")
+    g.add_argument("--tcp", type=int, metavar="PORT", default=None,
+                   help="listen on TCP PORT instead of stdio; binds 127.0.0.1 (loopback only) unless --host is given")
+    g.add_argument("--host", default=None,
+                   help="address to bind with --tcp (default 127.0.0.1; anything else exposes the server "
+                        "and your open files to the network)")
+    g.add_argument("--log-file", default=None, metavar="PATH", help="also write the log to PATH (it always goes to stderr)")
+    add_model_args(p)
+    add_decode_args(p)
+
+
+def run(args) -> int:
+    from .settings import Settings, SettingsError
+
+    if args.host is not None and args.tcp is None:
+        raise SystemExit("ditto-lsp: error: --host needs --tcp PORT")
+    if args.tcp is not None and not 0 < args.tcp < 65536:
+        raise SystemExit(f"ditto-lsp: error: --tcp PORT must be in 1..65535, got {args.tcp}")
+    if args.log_file:
+        handler = logging.FileHandler(args.log_file, encoding="utf-8")
+        handler.setFormatter(logging.Formatter("%(asctime)s %(levelname)s %(name)s: %(message)s"))
+        logging.getLogger().addHandler(handler)
+    if not getattr(args, "verbose", False):
+        logging.getLogger("lsp_server").setLevel(logging.INFO)
+    try:
+        settings = Settings.from_cli(args)
+    except SettingsError as err:
+        raise SystemExit(f"ditto-lsp: error: {err}") from None
+
+    from .server import build_server
+
+    server = build_server(settings)
+    try:
+        if args.tcp is not None:
+            host = args.host or "127.0.0.1"
+            logging.getLogger(__name__).warning("listening on %s:%d", host, args.tcp)
+            server.start_tcp(host, args.tcp)
+        else:
+            server.start_io(sys.stdin.buffer, sys.stdout.buffer)
+    finally:
+        server.scheduler.close()
+    return 0

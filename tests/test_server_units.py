@@ -1,0 +1,105 @@
+"""Tier 1 of the server tests: settings and the scheduler, without a model or pygls."""
+
+from __future__ import annotations
+
+import asyncio
+import threading
+
+import pytest
+
+from lsp_server.scheduler import Scheduler, StepHook, Superseded
+from lsp_server.settings import Settings, SettingsError
+
+
+def test_settings_accept_camel_case_nested_and_report_unknown_keys():
+    unknown: list[str] = []
+    s = Settings().merged({"ditto": {"maxTokens": 12, "timeBudgetS": None, "debugStepDelayMs": 5}, "bogus": 1}, unknown)
+    assert (s.max_tokens, s.time_budget_s, s.debug_step_delay_ms) == (12, None, 5.0)
+    assert unknown == ["bogus"]
+    assert s.decode_options().max_new_tokens == 12
+
+
+@pytest.mark.parametrize("options", [{"maxTokens": 0}, {"maxTokens": "8"}, {"multiline": 1}, {"topP": 0},
+                                     {"drafter": "magic"}, {"model": " "}, [1, 2]])
+def test_settings_reject_bad_values_with_the_key_named(options):
+    with pytest.raises(SettingsError) as err:
+        Settings().merged(options)
+    if isinstance(options, dict):
+        key = next(iter(options))
+        assert key.lower()[:5] in str(err.value).replace("_", "").lower()
+
+
+def test_model_key_changes_only_with_model_settings():
+    s = Settings()
+    assert s.merged({"maxTokens": 3}).model_key() == s.model_key()
+    assert s.merged({"model": "tiny-random"}).model_key() != s.model_key()
+
+
+async def test_scheduler_newest_job_per_key_wins_and_stops_the_older():
+    sched = Scheduler()
+    started = threading.Event()
+    seen = []
+
+    def slow(cancel: threading.Event):
+        started.set()
+        cancel.wait(30)  # stands in for decode steps that check the flag
+        seen.append(cancel.is_set())
+        return "old"
+
+    old = asyncio.ensure_future(sched.run("doc", slow))
+    await asyncio.get_running_loop().run_in_executor(None, started.wait, 10)
+    new = await asyncio.wait_for(sched.run("doc", lambda cancel: "new"), 10)
+    assert new == "new"
+    with pytest.raises(Superseded):
+        await old
+    assert seen == [True]
+    assert not sched.busy and sched.pending == 0
+    sched.close()
+    assert sched.join(5)
+
+
+async def test_scheduler_cancelled_await_sets_the_stop_flag_and_frees_the_worker():
+    sched = Scheduler()
+    started = threading.Event()
+    stopped = threading.Event()
+
+    def slow(cancel: threading.Event):
+        started.set()
+        if cancel.wait(30):
+            stopped.set()
+
+    task = asyncio.ensure_future(sched.run("a", slow))
+    await asyncio.get_running_loop().run_in_executor(None, started.wait, 10)
+    task.cancel()
+    with pytest.raises(asyncio.CancelledError):
+        await task
+    # The worker is free again: the next job (other key) runs and returns.
+    assert await asyncio.wait_for(sched.run("b", lambda cancel: 42), 10) == 42
+    assert stopped.is_set() and not sched.busy
+    sched.close()
+
+
+async def test_scheduler_passes_exceptions_and_keeps_working():
+    sched = Scheduler()
+
+    def boom(cancel):
+        raise RuntimeError("boom")
+
+    with pytest.raises(RuntimeError, match="boom"):
+        await sched.run("a", boom)
+    assert await sched.run("a", lambda cancel: 1) == 1
+    sched.close()
+
+
+def test_step_hook_calls_before_every_forward_and_delegates_the_rest():
+    calls = []
+
+    class FakeLM:
+        stop_ids = frozenset({0})
+
+        def forward(self, ids, cache, logits_to_keep=0):
+            return ("out", list(ids), logits_to_keep)
+
+    hooked = StepHook(FakeLM(), calls.append)
+    assert hooked.forward([1, 2, 3], None, logits_to_keep=1) == ("out", [1, 2, 3], 1)
+    assert calls == [3] and hooked.stop_ids == frozenset({0})
