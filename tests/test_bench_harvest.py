@@ -72,16 +72,16 @@ def test_known_commits_give_known_tasks(repo):
     (t,) = by_commit[repo["shas"]["block"]]
     assert t.path == "a.py" and t.language == "python"
     assert t.truth == "def middle():\n    return helper(3)"
-    assert t.document == BASE_A.replace("def second():", "\n\ndef second():")  # post file without the block
+    assert t.document == BASE_A.replace("def second():", "\n\n\ndef second():")  # block -> one empty line
     assert (t.line, t.col) == (7, 0)
     assert t.document.split("\n")[t.line] == ""  # cursor where the block started
     assert t.buffers == [("b.py", BUF_B)]  # other touched file, at its parent version
     assert t.id == f"{repo['shas']['block'][:10]}:a.py:8"
     # Typing the whole block gives back the post-commit file.
+    assert t.typed(0) == (t.document, t.line, 0)
+    assert t.typed(5) == (t.document.replace("\n\n\n\n\n", "\n\n\ndef m\n\n"), t.line, 5)
     text, line, col = t.typed(len(t.truth))
-    assert (line, col) == (t.line + 1, len("    return helper(3)"))
-    text, line, col = t.typed(len(t.typing))
-    assert text == repo["a2"] and (line, col) == (t.line + 2, 0)
+    assert text == repo["a2"] and (line, col) == (t.line + 1, len("    return helper(3)"))
     truths = sorted(x.truth for x in by_commit[repo["shas"]["two"]])
     assert truths == ["    print('first one')", "import sys"]
     assert res.commits_skipped.get("renames") == 1

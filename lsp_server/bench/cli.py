@@ -138,6 +138,14 @@ def run(args) -> int:
     columns = (TextColumn("[bold]{task.description}"), BarColumn(), MofNCompleteColumn(), TimeElapsedColumn(),
                TimeRemainingColumn(), TextColumn("{task.fields[info]}"))
     t_run = time.perf_counter()
+    # Ctrl-C (even in a background job, where SIGINT starts ignored) and SIGTERM stop the
+    # run after keeping what is done.
+    import signal
+
+    def _interrupt(signum, frame):
+        raise KeyboardInterrupt
+
+    previous = {sig: signal.signal(sig, _interrupt) for sig in (signal.SIGINT, signal.SIGTERM)}
     try:
         with Progress(*columns, transient=False) as progress:
             bar = progress.add_task("warm-up", total=len(h.tasks), info="")
@@ -167,6 +175,9 @@ def run(args) -> int:
         done = {t.id for t in done_tasks}
         records = [r for r in records if r["task"] in done]  # drop the half-run task
         print(f"\ninterrupted: keeping {len(done_tasks)} finished tasks", file=sys.stderr)
+    finally:
+        for sig, handler in previous.items():
+            signal.signal(sig, handler)
     meta.update({"tasks_run": len(done_tasks), "partial": partial, "stopped": stopped,
                  "wall_s": round(time.time() - started, 1)})
     summary = metrics.summarise_keystroke(records) if args.mode == "keystroke" else metrics.summarise_completion(records)

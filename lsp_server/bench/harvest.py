@@ -3,9 +3,10 @@
 For each non-merge commit and each small added block (1-8 consecutive added lines, a
 pure addition in a zero-context diff) in a source file:
 
-- the document is the post-commit file without the block;
-- the cursor is at column 0 of the line where the block started (the block, typed
-  there, gives back the post-commit file);
+- the document is the post-commit file with the block replaced by one empty line (the
+  line the user has opened to type it);
+- the cursor is at column 0 of that line (the block, typed there, gives back the
+  post-commit file);
 - the open buffers are the other files the commit touched, at their parent version
   (files the commit created have no parent version and are left out);
 - the ground truth is the block.
@@ -57,7 +58,7 @@ class Task:
     language: str
     line: int  # 0-based line of the cursor in `document`
     col: int  # always 0: the block starts a line
-    document: str  # post-commit file without the block
+    document: str  # post-commit file with the block replaced by an empty line (the cursor's)
     truth: str  # the added block, lines joined with "\n" (no trailing newline)
     buffers: list[tuple[str, str]] = field(default_factory=list)  # (path, parent-version text)
     copyable: float = 0.0  # share of the truth's lexical tokens found in runs of >= 4 in document + buffers
@@ -71,16 +72,16 @@ class Task:
 
     @property
     def suffix(self) -> str:
-        """Document text from the cursor on."""
-        return "\n".join(self.document.split("\n")[self.line :])
+        """Document text after the cursor (the cursor's line is empty)."""
+        return "".join("\n" + l for l in self.document.split("\n")[self.line + 1 :])
 
     @property
     def typing(self) -> str:
-        """What the user types: the block and the line break that ends it (which gives back the post-commit file)."""
-        return self.truth + "\n"
+        """What the user types (all of it gives back the post-commit file)."""
+        return self.truth
 
     def typed(self, n: int) -> tuple[str, int, int]:
-        """The document after typing the first n characters of `typing`: (text, line, col)."""
+        """The document after typing the first n characters of the block: (text, line, col)."""
         typed = self.typing[:n]
         text = self.prefix + typed + self.suffix
         parts = typed.split("\n")
@@ -286,7 +287,7 @@ def tasks_from_commit(repo: Path, sha: str, parent: str, date: int, subject: str
         start = ns - 1  # 0-based first line of the block in the post-commit file
         if "\n".join(lines[start : start + nc]) != block:
             continue  # diff and file disagree (e.g. CRLF): not a clean task
-        document = "\n".join(lines[:start] + lines[start + nc :])
+        document = "\n".join(lines[:start] + [""] + lines[start + nc :])
         buffers = []
         for other in files:
             if other is f or other.old is None or len(buffers) >= opts.max_buffers:

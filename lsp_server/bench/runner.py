@@ -16,6 +16,18 @@ from . import metrics
 from .systems import DITTO, generated_ids, run_ditto, run_hf
 
 
+def same_output(run, ref) -> bool:
+    """Same suggestion as `off`, token for token up to where the stop rules cut.
+
+    The engine applies the Completer's stop rule after each round, so a system that gains
+    several tokens per pass may return a few tokens past the point where `off` stopped;
+    those never reach the user (the ghost-text rules cut them). So: equal text, and one
+    token list a prefix of the other.
+    """
+    n = min(len(run.tokens), len(ref.tokens))
+    return run.text == ref.text and run.tokens[:n] == ref.tokens[:n]
+
+
 class Bench:
     def __init__(self, lm, completer, options, lookup_tokens: int = 10):
         self.lm = lm
@@ -61,8 +73,8 @@ class Bench:
                     from ..context import finish
 
                     run.text = finish(self.lm.decode(run.tokens), ref.prompt, self.completer.settings.multiline)
-                rec = {**base, "system": s, **run.as_dict()}
-                rec["identical"] = run.tokens == ref_run.tokens
+                rec = {**base, "system": s, **run.as_dict(), "raw": self.lm.decode(run.tokens)}
+                rec["identical"] = same_output(run, ref_run)
                 if s != "off" and not rec["identical"]:
                     rec["reference_text"] = ref_run.text
                 rec.update(metrics.quality(run.text, task.truth))
