@@ -9,11 +9,11 @@ from __future__ import annotations
 
 import threading
 import time
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 
 from drafters import NGramDrafter
 
-from .context import ContextBudget, Prompt, build_prompt, finish, ghost_cut
+from .context import ContextBudget, Prompt, build_prompt, finish, ghost_cut, split_at
 from .engine import Completion, DecodeOptions, Engine
 
 DRAFTERS = ("none", "ngram")
@@ -93,23 +93,43 @@ class Completer:
     def complete(self, text: str, line: int, col: int, *, name: str | None = None, options: DecodeOptions | None = None,
                  drafter: str | None = None, cancel: threading.Event | None = None, cache_key: str | None = None,
                  others: list[tuple[str, str]] | None = None) -> Suggestion:
-        """Complete at 0-based (line, col) of `text`; col counts code points."""
+        """Complete at 0-based (line, col) of `text`; col counts code points.
+
+        Trailing blanks typed before the cursor are "healed": the prompt ends before
+        them and the model writes them itself (a tokenizer merges indentation with the
+        next word, so a prompt ending in bare indentation makes the model emit a stray
+        extra space). The suggestion starts after what the user typed.
+        """
         t0 = time.perf_counter()
         opts = options or DecodeOptions()
         drafter_name = drafter or self.settings.drafter
         d = self.drafter_for(drafter_name)
         if others is None:
             others = [(n, t) for n, t in self._buffers.items() if n != name]
-        prompt = build_prompt(self.lm, text, line, col, others=others, path=name, budget=self.settings.budget)
+        _, typed, after, _ = split_at(text, line, col)
+        heal = typed[len(typed.rstrip(" \t")) :]
+        prompt = build_prompt(self.lm, text, line, col - len(heal), others=others, path=name,
+                              budget=self.settings.budget)
+        shown_prompt = replace(prompt, typed=typed, after=after)
         multiline = self.settings.multiline
 
+        def relative(generated: str) -> str | None:
+            """The generated text from the real cursor on; None while it is still inside the healed blanks."""
+            if generated.startswith(heal):
+                return generated[len(heal) :]
+            if heal.startswith(generated):
+                return None
+            return generated.lstrip(" \t")  # the model chose other blanks: keep its code, not its blanks
+
         def stop(out: list[int]) -> int | None:
-            generated = self.lm.decode(out)
-            return len(out) if ghost_cut(generated, prompt, multiline) is not None else None
+            rel = relative(self.lm.decode(out))
+            if rel is None:
+                return None
+            return len(out) if ghost_cut(rel, shown_prompt, multiline) is not None else None
 
         completion = self.engine.generate(prompt.ids, drafter=d, options=opts, stop=stop, cancel=cancel,
                                           cache_key=cache_key)
         raw = self.lm.decode(completion.tokens)
-        shown = finish(raw, prompt, multiline)
-        return Suggestion(shown, raw, prompt, completion, drafter_name if d is not None else "none",
+        shown = finish(relative(raw) or "", shown_prompt, multiline)
+        return Suggestion(shown, raw, shown_prompt, completion, drafter_name if d is not None else "none",
                           (time.perf_counter() - t0) * 1000)

@@ -142,11 +142,10 @@ def ghost_cut(generated: str, prompt: Prompt, multiline: bool = True, final: boo
     for i in range(1, len(lines)):
         l = lines[i]
         complete = i < len(lines) - 1 or final
-        if complete and l.strip():
-            if len(_indent_of(l)) < base:
-                return pos - 1
-            if next_below is not None and l.strip() == next_below.strip():
-                return pos - 1
+        if l.strip() and len(_indent_of(l)) < base:
+            return pos - 1  # its indentation is known as soon as it has content
+        if complete and l.strip() and next_below is not None and l.strip() == next_below.strip():
+            return pos - 1
         pos += len(l) + 1
     return None
 

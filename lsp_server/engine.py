@@ -127,6 +127,7 @@ class Engine:
         self.max_cached_tokens = max_cached_tokens
         self._kv: OrderedDict[str, _KV] = OrderedDict()
         self._lock = threading.Lock()  # one generation at a time
+        self.active: _KV | None = None  # the sequence being decoded (for tests and traces)
 
     # -- KV store -----------------------------------------------------------------------
     def cached_tokens(self) -> int:
@@ -263,6 +264,7 @@ class Engine:
             gen.manual_seed(opts.seed if opts.seed is not None else int(torch.randint(0, 2**62, ()).item()))
         with self._lock:
             state = self._take_state(cache_key)
+            self.active = state
             try:
                 try:
                     self.prefill(state, prompt, opts, stats, cancel)
@@ -278,6 +280,7 @@ class Engine:
                 state = _KV([], self.lm.new_cache())
                 raise
             finally:
+                self.active = None
                 if len(state.ids) and state.cache is not None:
                     self._put_state(cache_key, state)
         stats.tokens = len(out)

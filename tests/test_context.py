@@ -1,0 +1,109 @@
+"""Prompt layout and ghost-text stop rules (text level; the tiny model only tokenizes)."""
+
+import pytest
+
+from lsp_server.completer import Completer
+from lsp_server.context import Prompt, build_prompt, finish, ghost_cut, split_at
+from lsp_server.engine import DecodeOptions
+from lsp_server.model import tiny_random
+
+DOC = "def f(x):\n    y = x + 1\n    return y\n\nprint(f(2))\n"
+
+
+@pytest.fixture(scope="module")
+def lm():
+    return tiny_random()
+
+
+def test_split_at_positions_and_errors():
+    above, typed, after, below = split_at(DOC, 1, 8)
+    assert above == "def f(x):\n"
+    assert typed == "    y = "
+    assert after == "x + 1"
+    assert below.startswith("\n    return y")
+    assert split_at("", 0, 0) == ("", "", "", "")
+    with pytest.raises(ValueError, match="line 9"):
+        split_at(DOC, 8, 0)
+    with pytest.raises(ValueError, match="column 40"):
+        split_at(DOC, 1, 39)
+
+
+def test_fim_layout_puts_the_typed_text_last(lm):
+    p = build_prompt(lm, DOC, 1, 8)
+    fim = lm.fim
+    ids = p.ids
+    assert ids.index(fim.prefix) < ids.index(fim.suffix) < ids.index(fim.middle)
+    middle_at = ids.index(fim.middle)
+    assert lm.decode(ids[middle_at + 1 :]) == "    y = "
+    assert lm.decode(ids[ids.index(fim.prefix) + 1 : ids.index(fim.suffix)]) == "def f(x):\n"
+    assert lm.decode(ids[ids.index(fim.suffix) + 1 : middle_at]) == "x + 1\n    return y\n\nprint(f(2))\n"
+
+
+def test_typing_on_the_cursor_line_changes_only_the_tail(lm):
+    """Typing keeps the tokens before <fim_suffix> unchanged (what KV reuse relies on)."""
+    doc = "import os\n\ndef g():\n    retu\n"
+    before = build_prompt(lm, doc, 3, 8).ids
+    doc2 = "import os\n\ndef g():\n    return\n"
+    after = build_prompt(lm, doc2, 3, 10).ids
+    cut = before.index(lm.fim.suffix)
+    assert before[: cut + 1] == after[: cut + 1]
+
+
+def test_other_buffers_come_first_and_respect_the_budget(lm):
+    from lsp_server.context import ContextBudget
+
+    others = [("a.py", "A = 1\n" * 50), ("b.py", "B = 2\n")]
+    p = build_prompt(lm, DOC, 1, 8, others=others, path="main.py", budget=ContextBudget(total=400, snippets=60))
+    assert p.ids[0] == lm.fim.file_sep
+    assert p.ids.index(lm.fim.prefix) > 0
+    head = p.ids[: p.ids.index(lm.fim.prefix)]
+    assert len(head) <= 60 + 10  # snippets plus this file's header
+    assert "a.py" in lm.decode(head)
+
+
+def mk(typed="    ", after="", below=""):
+    return Prompt([], "", typed, after, below)
+
+
+def test_block_end_stops_at_a_dedent():
+    gen = "x = 1\n    y = 2\nz = 3\n"
+    assert ghost_cut(gen, mk("    ")) == len("x = 1\n    y = 2")
+    assert finish(gen, mk("    ")) == "x = 1\n    y = 2"
+    # Nested block opened by the completion itself is kept.
+    gen2 = "if a:\n        b()\n    c()\nd()"
+    assert finish(gen2, mk("    ")) == "if a:\n        b()\n    c()"
+
+
+def test_stops_before_repeating_the_next_line_below():
+    p = mk("    ", below="\n    return y\n")
+    gen = "y = x\n    return y\n    more"
+    assert finish(gen, p) == "y = x"
+
+
+def test_rest_of_line_is_not_typed_twice():
+    p = mk("print(", after=")")
+    assert finish("x)", p) == "x"
+    assert finish(")", p) == ""  # only re-types what follows the cursor
+    assert finish("", p) == ""
+    assert finish("\n\n", mk()) == ""
+
+
+def test_single_line_mode():
+    assert finish("a = 1\nb = 2", mk(""), multiline=False) == "a = 1"
+
+
+def test_completer_heals_trailing_blanks(lm):
+    """A prompt never ends in bare indentation; the suggestion starts at the real cursor."""
+    c = Completer(lm)
+    doc = "class A:\n    def f(self):\n        \n"
+    sug = c.complete(doc, 2, 8, options=DecodeOptions(max_new_tokens=8, draft_max=0))
+    assert sug.prompt.ids == build_prompt(lm, doc, 2, 0).ids  # ends at <fim_middle>, blanks healed
+    assert sug.prompt.ids[-1] == lm.fim.middle
+    assert sug.prompt.typed == "        "
+    raw = sug.raw
+    expected = raw[8:] if raw.startswith(" " * 8) else raw.lstrip(" \t")
+    assert sug.text == finish(expected, sug.prompt)
+    # Typed code followed by a blank: the prompt ends at the code, the blank is healed too.
+    doc2 = "x = \n"
+    sug2 = c.complete(doc2, 0, 4, options=DecodeOptions(max_new_tokens=4, draft_max=0))
+    assert sug2.prompt.ids == build_prompt(lm, doc2, 0, 3).ids

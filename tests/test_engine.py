@@ -1,0 +1,273 @@
+"""Tier 2: the engine against a tiny random model (float32, CPU, built in-process).
+
+Greedy speculative output must equal drafting-off output token for token, whatever the
+drafts; after every step the KV cache holds exactly the accepted sequence (minus the
+pending last token). Sampling is tested in test_sampling.py.
+"""
+
+import random
+import threading
+
+import pytest
+import torch
+
+from drafters import NGramDrafter, Proposal
+from lsp_server.engine import DecodeOptions, Engine
+from lsp_server.model import tiny_random
+
+
+@pytest.fixture(scope="module")
+def lm():
+    return tiny_random()
+
+
+class ListDrafter:
+    """Proposes from a callable (context, k) -> tokens; records what it proposed."""
+
+    wants_hidden = False
+
+    def __init__(self, name, fn):
+        self.name = name
+        self.fn = fn
+        self.proposed = 0
+
+    def propose(self, context, k, hidden=None):
+        toks = list(self.fn(list(context), k))[:k]
+        self.proposed += len(toks)
+        return Proposal(toks, source=self.name, match_len=len(toks))
+
+    def update_source(self, name, tokens):
+        pass
+
+    def forget_source(self, name):
+        pass
+
+
+def drafters_for(lm, prompt, reference, rng):
+    """Real n-gram drafts, random drafts, entirely right drafts, drafts wrong at the first token."""
+    n = len(prompt)
+
+    def right(ctx, k):
+        done = len(ctx) - n
+        return reference[done : done + k]
+
+    def wrong_first(ctx, k):
+        good = right(ctx, k)
+        if not good:
+            return [rng.randrange(lm.vocab_size) for _ in range(k)]
+        return [(good[0] + 1) % lm.vocab_size, *good[1:]]
+
+    return [
+        NGramDrafter(),
+        ListDrafter("random", lambda ctx, k: [rng.randrange(lm.vocab_size) for _ in range(k)]),
+        ListDrafter("right", right),
+        ListDrafter("wrong-first", wrong_first),
+    ]
+
+
+def random_prompt(rng, lm):
+    # Mix random tokens with repeated spans so the n-gram drafter finds matches.
+    span = [rng.randrange(6, lm.vocab_size) for _ in range(rng.randrange(2, 10))]
+    parts = []
+    for _ in range(rng.randrange(1, 6)):
+        parts += [rng.randrange(6, lm.vocab_size) for _ in range(rng.randrange(0, 12))]
+        parts += span
+    return parts or [7]
+
+
+@pytest.mark.parametrize("seed", range(12))
+def test_greedy_speculative_equals_drafting_off(lm, seed):
+    rng = random.Random(seed)
+    engine = Engine(lm)
+    for _ in range(4):
+        prompt = random_prompt(rng, lm)
+        ref = engine.generate(prompt, options=DecodeOptions(max_new_tokens=48, draft_max=0))
+        assert ref.stats.target_passes == ref.stats.generated  # one token per pass without drafts
+        for drafter in drafters_for(lm, prompt, ref.tokens, rng):
+            k = rng.choice([1, 2, 4, 8])
+
+            def check_cache(rnd, new, prompt=prompt):
+                st = engine.active
+                done = len(st.ids)
+                # The cache holds every token of the sequence but the pending last one.
+                assert st.cache.get_seq_length() == done
+                assert st.ids[: len(prompt) - 1] == prompt[:-1]
+
+            spec = engine.generate(prompt, drafter=drafter, options=DecodeOptions(max_new_tokens=48, draft_max=k),
+                                   on_round=check_cache)
+            assert spec.tokens == ref.tokens, f"{drafter.name} k={k} diverged"
+            s = spec.stats
+            assert s.accepted <= s.drafted
+            assert s.generated == sum(r.accepted + 1 for r in spec.rounds)
+            assert s.target_passes == len(spec.rounds)
+            if drafter.name == "right" and len(ref.tokens) > 1 and ref.stats.stop_reason == "length":
+                assert s.target_passes < ref.stats.target_passes
+                assert s.accepted == s.drafted
+            if drafter.name == "wrong-first":
+                assert all(r.accepted == 0 for r in spec.rounds if r.proposed)
+
+
+def test_cache_length_after_each_step_matches_accepted_sequence(lm):
+    engine = Engine(lm)
+    prompt = [10, 11, 12, 13, 10, 11, 12]
+    lengths = []
+
+    def record(rnd, new):
+        lengths.append((engine.active.cache.get_seq_length(), len(engine.active.ids)))
+
+    out = engine.generate(prompt, drafter=NGramDrafter(), options=DecodeOptions(max_new_tokens=30, draft_max=6),
+                          on_round=record)
+    total = len(prompt) - 1
+    for (cache_len, ids_len), rnd in zip(lengths, out.rounds):
+        total += rnd.accepted + 1
+        assert cache_len == ids_len == total
+
+
+def test_token_budget_is_exact(lm):
+    engine = Engine(lm)
+    prompt = random_prompt(random.Random(3), lm)
+    for k in (0, 3, 8):
+        for budget in (1, 2, 5, 17):
+            drafter = ListDrafter("junk", lambda ctx, k: [9] * k)
+            out = engine.generate(prompt, drafter=drafter, options=DecodeOptions(max_new_tokens=budget, draft_max=k))
+            assert len(out.tokens) <= budget
+            if out.stats.stop_reason == "length":
+                assert len(out.tokens) == budget
+
+
+def test_stop_flag_ends_generation_between_steps(lm):
+    engine = Engine(lm)
+    cancel = threading.Event()
+    steps = []
+
+    def on_round(rnd, new):
+        steps.append(rnd)
+        if len(steps) == 3:
+            cancel.set()
+
+    out = engine.generate([20, 21, 22], options=DecodeOptions(max_new_tokens=200, draft_max=0), cancel=cancel,
+                          on_round=on_round)
+    assert out.stats.stop_reason == "cancelled"
+    assert out.stats.target_passes == 3
+    # Set before the start: nothing is decoded at all.
+    out2 = engine.generate([20, 21, 22], options=DecodeOptions(max_new_tokens=200), cancel=cancel)
+    assert out2.stats.stop_reason == "cancelled" and out2.tokens == []
+
+
+def test_stop_ids_end_the_completion_and_are_not_returned(lm):
+    engine = Engine(lm)
+    prompt = random_prompt(random.Random(5), lm)
+    ref = engine.generate(prompt, options=DecodeOptions(max_new_tokens=20, draft_max=0))
+    assert len(ref.tokens) >= 4
+    # Pretend the 4th generated token is an end-of-text token.
+    import dataclasses
+
+    lm2 = dataclasses.replace(lm, stop_ids=frozenset({ref.tokens[3]}))
+    e2 = Engine(lm2)
+    first = ref.tokens.index(ref.tokens[3])
+    for k in (0, 4):
+        right = ListDrafter("right", lambda ctx, kk: ref.tokens[len(ctx) - len(prompt) :][:kk])
+        out = e2.generate(prompt, drafter=right, options=DecodeOptions(max_new_tokens=20, draft_max=k))
+        assert out.tokens == ref.tokens[:first]
+        assert out.stats.stop_reason == "eos"
+
+
+def test_stop_rule_truncates(lm):
+    engine = Engine(lm)
+    out = engine.generate([30, 31, 32], options=DecodeOptions(max_new_tokens=20, draft_max=4),
+                          stop=lambda toks: 2 if len(toks) >= 5 else None, drafter=NGramDrafter())
+    assert out.tokens and len(out.tokens) == 2
+    assert out.stats.stop_reason == "stop-rule"
+
+
+def test_reused_cache_gives_identical_results(lm):
+    """KV reuse across requests keeps the common prefix and must not change any token."""
+    rng = random.Random(11)
+    reuse = Engine(lm)
+    fresh = Engine(lm)
+    base = random_prompt(rng, lm) + random_prompt(rng, lm)
+    prompts = [base]
+    for _ in range(8):
+        p = list(prompts[-1])
+        op = rng.choice(["append", "edit-middle", "delete-tail", "edit-start"])
+        if op == "append":
+            p += [rng.randrange(6, lm.vocab_size) for _ in range(rng.randrange(1, 4))]
+        elif op == "edit-middle":
+            p[len(p) // 2] = rng.randrange(6, lm.vocab_size)
+        elif op == "delete-tail":
+            p = p[: max(1, len(p) - rng.randrange(1, 4))]
+        else:
+            p[0] = rng.randrange(6, lm.vocab_size)
+        prompts.append(p)
+    for p in prompts:
+        for drafter in (None, NGramDrafter()):
+            opts = DecodeOptions(max_new_tokens=24, draft_max=4 if drafter else 0, prefill_chunk=7)
+            a = reuse.generate(p, drafter=drafter, options=opts, cache_key="doc")
+            b = fresh.generate(p, drafter=drafter, options=DecodeOptions(max_new_tokens=24,
+                                                                         draft_max=opts.draft_max))
+            fresh.clear_cache()
+            assert a.tokens == b.tokens
+    assert reuse.cached_keys() == ["doc"]
+
+
+def test_reuse_keeps_the_common_prefix(lm):
+    engine = Engine(lm)
+    p1 = list(range(10, 60))
+    out = engine.generate(p1, options=DecodeOptions(max_new_tokens=4, draft_max=0), cache_key="a")
+    assert out.stats.prefill_tokens == len(p1) - 1 and out.stats.reused_tokens == 0
+    p2 = p1[:40] + [99, 98]
+    out2 = engine.generate(p2, options=DecodeOptions(max_new_tokens=4, draft_max=0), cache_key="a")
+    assert out2.stats.reused_tokens == 40
+    assert out2.stats.prefill_tokens == len(p2) - 1 - 40
+
+
+def test_kv_store_is_bounded(lm):
+    engine = Engine(lm, max_cached_docs=3, max_cached_tokens=200)
+    for i in range(10):
+        engine.generate(list(range(10, 40 + i)), options=DecodeOptions(max_new_tokens=3, draft_max=0),
+                        cache_key=f"doc{i}")
+        assert len(engine.cached_keys()) <= 3
+        assert engine.cached_tokens() <= 200
+    assert engine.cached_keys()[-1] == "doc9"  # least recently used evicted first
+
+
+def test_a_failing_forward_pass_leaves_no_half_written_cache(lm):
+    engine = Engine(lm)
+    prompt = [40, 41, 42, 43]
+    engine.generate(prompt, options=DecodeOptions(max_new_tokens=3, draft_max=0), cache_key="d")
+    real = lm.forward
+    calls = []
+
+    def broken(ids, cache, logits_to_keep=0):
+        calls.append(1)
+        if len(calls) == 2:
+            raise RuntimeError("simulated out of memory")
+        return real(ids, cache, logits_to_keep)
+
+    lm.forward = broken
+    try:
+        with pytest.raises(RuntimeError):
+            engine.generate(prompt + [44, 45], options=DecodeOptions(max_new_tokens=5, draft_max=0), cache_key="d")
+    finally:
+        del lm.forward
+    assert "d" not in engine.cached_keys()
+    again = engine.generate(prompt, options=DecodeOptions(max_new_tokens=5, draft_max=0), cache_key="d")
+    assert again.tokens == Engine(lm).generate(prompt, options=DecodeOptions(max_new_tokens=5, draft_max=0)).tokens
+
+
+def test_prompt_must_not_be_empty(lm):
+    with pytest.raises(ValueError):
+        Engine(lm).generate([])
+
+
+def test_verify_pass_is_batch_invariant(lm):
+    """The premise of exactness: k tokens in one pass give the same logits as one at a time."""
+    ids = random_prompt(random.Random(2), lm)
+    c1 = lm.new_cache()
+    lm.forward(ids[:-6], c1)
+    together = lm.forward(ids[-6:], c1)
+    c2 = lm.new_cache()
+    lm.forward(ids[:-6], c2)
+    one_by_one = torch.cat([lm.forward([t], c2) for t in ids[-6:]])
+    assert torch.equal(together.argmax(-1), one_by_one.argmax(-1))
+    assert torch.allclose(together, one_by_one, atol=1e-4)

@@ -1,0 +1,189 @@
+"""Tier 2: sampling with drafts has exactly the distribution of plain sampling.
+
+A tiny random model with an 8-token vocabulary makes the exact distribution of every
+3-token continuation computable by enumeration (8^3 sequences). Samples drawn by the
+engine, with and without drafts, are tested against it with a chi-square test at fixed
+seeds; the same test must reject a deliberately wrong acceptance rule.
+"""
+
+import math
+import random
+
+import pytest
+import torch
+
+from drafters import NGramDrafter, Proposal
+from lsp_server.engine import DecodeOptions, Engine, target_probs
+from lsp_server.model import LoadedModel, tiny_random_model
+
+V = 8
+LENGTH = 3
+PROMPT = [1, 5, 2, 5, 2]
+
+
+@pytest.fixture(scope="module", autouse=True)
+def one_thread():
+    # Thousands of tiny passes: thread hand-offs would cost more than the arithmetic.
+    before = torch.get_num_threads()
+    torch.set_num_threads(1)
+    yield
+    torch.set_num_threads(before)
+
+
+@pytest.fixture(scope="module")
+def lm():
+    model = tiny_random_model(V, seed=3, hidden=32, init_std=0.15)
+    return LoadedModel(spec="tiny-v8", name="tiny-v8", model=model, tokenizer=None, device=torch.device("cpu"),
+                       dtype=torch.float32, fim=None, stop_ids=frozenset(), vocab_size=V)
+
+
+def exact_distribution(lm, opts):
+    """P(x1 x2 x3 | PROMPT) for every continuation, by enumeration."""
+    dist = {}
+
+    def walk(prefix, prob):
+        if len(prefix) == LENGTH:
+            dist[tuple(prefix)] = prob
+            return
+        logits = lm.forward(PROMPT + prefix, lm.new_cache())[-1:]
+        p = target_probs(logits, opts)[0]
+        for t in range(V):
+            if p[t] > 0:
+                walk(prefix + [t], prob * float(p[t]))
+
+    walk([], 1.0)
+    return dist
+
+
+def chi_square_pvalue(counts, dist, n):
+    """Goodness of fit of observed counts to `dist`; cells with expectation < 5 pooled."""
+    stat, dof, pooled_obs, pooled_exp = 0.0, 0, 0, 0.0
+    for seq, p in dist.items():
+        exp = p * n
+        obs = counts.get(seq, 0)
+        if exp < 5:
+            pooled_obs += obs
+            pooled_exp += exp
+            continue
+        stat += (obs - exp) ** 2 / exp
+        dof += 1
+    if pooled_exp > 0:
+        stat += (pooled_obs - pooled_exp) ** 2 / max(pooled_exp, 1e-9)
+        dof += 1
+    impossible = sum(c for s, c in counts.items() if s not in dist)
+    if impossible:
+        return 0.0
+    dof -= 1
+    # Survival function of chi-square with dof degrees of freedom.
+    return float(torch.special.gammaincc(torch.tensor(dof / 2, dtype=torch.float64),
+                                         torch.tensor(stat / 2, dtype=torch.float64)))
+
+
+class RandomOneHot:
+    name, wants_hidden = "random", False
+
+    def __init__(self, seed):
+        self.rng = random.Random(seed)
+
+    def propose(self, context, k, hidden=None):
+        return Proposal([self.rng.randrange(V) for _ in range(k)], "random")
+
+
+class Fixed:
+    """Always proposes the same tokens: a biased one-hot drafter (uniform drafts would hide some wrong rules)."""
+
+    name, wants_hidden = "fixed", False
+
+    def __init__(self, seed):
+        pass
+
+    def propose(self, context, k, hidden=None):
+        return Proposal([3, 6, 3][:k], "fixed")
+
+
+class RandomQ:
+    """A draft-model stand-in: non-one-hot q per position, drafts sampled from q."""
+
+    name, wants_hidden = "model", False
+
+    def __init__(self, seed):
+        self.gen = torch.Generator().manual_seed(seed)
+
+    def propose(self, context, k, hidden=None):
+        qs, toks = [], []
+        for _ in range(k):
+            q = torch.softmax(torch.randn(V, generator=self.gen) * 1.5, dim=0)
+            toks.append(int(torch.multinomial(q, 1, generator=self.gen)))
+            qs.append(q)
+        return Proposal(toks, "model", probs=qs)
+
+
+def sample(lm, drafter_factory, opts_kw, n):
+    engine = Engine(lm)
+    counts = {}
+    for i in range(n):
+        drafter = drafter_factory(i) if drafter_factory else None
+        opts = DecodeOptions(max_new_tokens=LENGTH, seed=10_000 + i, **opts_kw)
+        out = engine.generate(PROMPT, drafter=drafter, options=opts, cache_key="prompt")  # prefill once
+        key = tuple(out.tokens)
+        counts[key] = counts.get(key, 0) + 1
+    return counts
+
+
+N = 1500
+CASES = [
+    ("off", None, dict(temperature=1.0, draft_max=0)),
+    ("ngram", lambda i: NGramDrafter(), dict(temperature=1.0, draft_max=3)),
+    ("random-onehot", RandomOneHot, dict(temperature=1.0, draft_max=3)),
+    ("fixed-onehot", Fixed, dict(temperature=1.0, draft_max=3)),
+    ("draft-model-q", RandomQ, dict(temperature=1.0, draft_max=3)),
+    ("onehot-topk-topp", RandomOneHot, dict(temperature=0.7, top_k=5, top_p=0.9, draft_max=3)),
+]
+
+
+@pytest.mark.parametrize("name,factory,kw", CASES, ids=[c[0] for c in CASES])
+def test_sampling_distribution_matches_plain_sampling(lm, name, factory, kw):
+    dist = exact_distribution(lm, DecodeOptions(**{k: v for k, v in kw.items() if k != "draft_max"}))
+    assert abs(sum(dist.values()) - 1) < 1e-4
+    counts = sample(lm, factory, kw, N)
+    assert sum(counts.values()) == N
+    assert chi_square_pvalue(counts, dist, N) > 1e-3, counts
+
+
+def wrong_accept(logits, proposal, opts, gen):
+    """A broken rule: on rejection, resample from p itself (the draft keeps its mass twice)."""
+    p = target_probs(logits, opts)
+    for i, d in enumerate(proposal.tokens):
+        if float(torch.rand((), generator=gen)) < float(p[i, d]):
+            continue
+        return i, int(torch.multinomial(p[i], 1, generator=gen))
+    return len(proposal.tokens), int(torch.multinomial(p[len(proposal.tokens)], 1, generator=gen))
+
+
+def always_accept(logits, proposal, opts, gen):
+    """A broken rule: every draft survives."""
+    p = target_probs(logits, opts)
+    return len(proposal.tokens), int(torch.multinomial(p[len(proposal.tokens)], 1, generator=gen))
+
+
+@pytest.mark.parametrize("rule", [wrong_accept, always_accept], ids=["resample-from-p", "always-accept"])
+def test_the_test_rejects_a_wrong_acceptance_rule(lm, monkeypatch, rule):
+    kw = dict(temperature=1.0, draft_max=3)
+    dist = exact_distribution(lm, DecodeOptions(temperature=1.0))
+    monkeypatch.setattr(Engine, "accept", staticmethod(rule))
+    counts = sample(lm, Fixed, kw, N)
+    assert chi_square_pvalue(counts, dist, N) < 1e-6
+
+
+def test_chi_square_helper_is_calibrated():
+    # Samples drawn straight from a known distribution pass; a shifted one fails.
+    rng = random.Random(0)
+    dist = {(0,): 0.5, (1,): 0.3, (2,): 0.2}
+    good = {}
+    for _ in range(2000):
+        x = rng.choices([(0,), (1,), (2,)], weights=[0.5, 0.3, 0.2])[0]
+        good[x] = good.get(x, 0) + 1
+    assert chi_square_pvalue(good, dist, 2000) > 1e-3
+    bad = {(0,): 1200, (1,): 500, (2,): 300}
+    assert chi_square_pvalue(bad, dist, 2000) < 1e-6
+    assert math.isclose(chi_square_pvalue({(0,): 1000, (1,): 600, (2,): 400}, dist, 2000), 1.0, abs_tol=1e-9)
