@@ -119,7 +119,7 @@ export function renderTraceHtml(trace: unknown, opts: { uri?: string; cspSource?
         .map((t, j) => `<span class="tok ${j < r.accepted ? "acc" : "rej"}">${showToken(t)}</span>`)
         .join("");
       const own = `<span class="tok own" title="${escapeHtml(r.kind)}">${showToken(r.token)}</span>`;
-      return `<tr><td class="n">${i + 1}</td><td>${toks}${own}</td><td class="n">${r.accepted}/${r.proposed.length}</td><td>${escapeHtml(r.kind)}</td><td>${escapeHtml(r.source ?? "")}${r.matchLen !== undefined ? ` (match ${r.matchLen})` : ""}</td><td class="n">${r.ms !== undefined ? r.ms.toFixed(1) + " ms" : ""}</td></tr>`;
+      return `<tr><td class="n">${i + 1}</td><td>${toks}${own}</td><td class="n">${r.accepted}/${r.proposed.length}</td><td>${escapeHtml(r.kind)}</td><td>${escapeHtml(r.source ?? "")}${r.source && r.matchLen ? ` (match ${r.matchLen})` : ""}</td><td class="n">${r.ms !== undefined ? r.ms.toFixed(1) + " ms" : ""}</td></tr>`;
     })
     .join("\n");
   return `${head}<h1>Ditto — propose/verify trace</h1>${where}

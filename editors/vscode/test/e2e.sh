@@ -66,7 +66,8 @@ say "node $("$NODE24_BIN/node" --version) at $NODE24_BIN"
 
 # -- code-server -------------------------------------------------------------------------
 CS="$TOOLS/cs/bin/code-server"
-if ! [ -x "$CS" ] || [ "$(PATH="$NODE24_BIN:$PATH" "$CS" --version 2>/dev/null | head -1 | cut -d' ' -f1)" != "$CS_VERSION" ]; then
+# (--version may print a "Wrote default config file" line first on the very first run)
+if ! [ -x "$CS" ] || ! PATH="$NODE24_BIN:$PATH" "$CS" --version 2>/dev/null | grep -q "^$CS_VERSION "; then
   say "installing code-server@$CS_VERSION into $TOOLS/cs (builds native modules; several minutes)"
   rm -rf "$TOOLS/cs"
   # npm >= 11.19 blocks dependency install scripts unless allowed; code-server's postinstall
@@ -79,7 +80,7 @@ if ! [ -x "$CS" ] || [ "$(PATH="$NODE24_BIN:$PATH" "$CS" --version 2>/dev/null |
       >"$SHOTS/code-server-install.log" 2>&1 \
     || fail "installing code-server failed (see $SHOTS/code-server-install.log)"
 fi
-say "code-server $(PATH="$NODE24_BIN:$PATH" "$CS" --version 2>/dev/null | head -1)"
+say "code-server $(PATH="$NODE24_BIN:$PATH" "$CS" --version 2>/dev/null | grep "^$CS_VERSION ")"
 
 # -- playwright-core (driver only; the browser is Debian's chromium) ---------------------
 if ! [ -f "$TOOLS/pw/node_modules/playwright-core/package.json" ]; then
@@ -132,7 +133,9 @@ cat >"$UDD/User/settings.json" <<EOF
   "files.autoSave": "off",
   "editor.quickSuggestions": { "other": false, "comments": false, "strings": false },
   "editor.wordBasedSuggestions": "off",
-  "editor.suggestOnTriggerCharacters": false
+  "editor.suggestOnTriggerCharacters": false,
+  "chat.disableAIFeatures": true,
+  "workbench.secondarySideBar.defaultVisibility": "hidden"
 }
 EOF
 
@@ -159,7 +162,7 @@ timeout "${DITTO_E2E_TIMEOUT:-300}" env NODE_PATH="$TOOLS/pw/node_modules" PW_DI
   --url "http://127.0.0.1:$PORT/?folder=$WS" --file "$WS/example.py" --shots "$SHOTS" --chromium "$CHROMIUM"
 rc=$?
 # The extension's own log (its output channel: server stderr included) for the record.
-find "$UDD/logs" -path '*Ditto*' -name '*.log' -exec cp {} "$SHOTS/" \; 2>/dev/null
+find "$UDD/logs" -path '*ditto-vscode*' -name '*.log' -exec cp {} "$SHOTS/" \; 2>/dev/null
 say "screenshots and logs in $SHOTS; total $(( $(date +%s) - T0 )) s"
 if [ $rc -eq 0 ]; then echo "e2e: PASS"; exit 0; fi
 [ $rc -eq 124 ] && fail "the browser part timed out"
