@@ -11,8 +11,9 @@ chunks:
 - `close()`.
 Jobs without a key (model loads) are never superseded. Jobs run one at a time, in order.
 
-Also here: `StepHook`, a thin wrapper around a loaded model whose `forward` calls a hook
-before every pass, used for the `debug_step_delay_ms` / `debug_notify_steps` settings.
+Also here: `StepHook`, a thin wrapper around a loaded model whose `forward` calls hooks
+before and after every pass, used for the `debug_step_delay_ms` / `debug_notify_steps` /
+`debug_fail_forward` settings.
 Left out on purpose: LSP types, what a job computes.
 """
 
@@ -53,6 +54,7 @@ class Scheduler:
         self._latest: dict[str, Job] = {}  # key -> newest job not yet finished
         self._running: Job | None = None
         self._pending = 0  # queued + running
+        self.max_pending = 0  # the most jobs ever queued + running at once
         self._closed = False
         self._thread = threading.Thread(target=self._work, name=name, daemon=True)
         self._thread.start()
@@ -84,6 +86,7 @@ class Scheduler:
                     old.cancel.set()
                 self._latest[key] = job
             self._pending += 1
+            self.max_pending = max(self.max_pending, self._pending)
         self._queue.put(job)
         return job
 
@@ -159,14 +162,19 @@ class StepHook:
     Every other attribute is the wrapped model's, so the engine uses it unchanged.
     """
 
-    def __init__(self, lm, before_step: Callable[[int], None] | None = None):
+    def __init__(self, lm, before_step: Callable[[int], None] | None = None,
+                 after_step: Callable[[int], None] | None = None):
         self._lm = lm
         self.before_step = before_step
+        self.after_step = after_step  # runs after the pass (the KV cache already holds its tokens)
 
     def forward(self, ids, cache, logits_to_keep: int = 0):
         if self.before_step is not None:
             self.before_step(len(ids))
-        return self._lm.forward(ids, cache, logits_to_keep=logits_to_keep)
+        out = self._lm.forward(ids, cache, logits_to_keep=logits_to_keep)
+        if self.after_step is not None:
+            self.after_step(len(ids))
+        return out
 
     def __getattr__(self, name):
         return getattr(self._lm, name)

@@ -15,7 +15,17 @@
   logged; a settings change to a loadable model recovers.
 - Params pygls cannot deserialise get an InvalidParams error (pygls 2.1.1 sends no reply
   at all for them).
-- Custom requests `ditto/stats` and `ditto/trace`.
+- Custom requests `ditto/stats` and `ditto/trace`; with the `debug_documents` setting,
+  `ditto/debug/document` answers the server's text of an open document (tests compare it
+  with a reference model of the edits).
+- Incremental edits are applied here, not by pygls (whose 2.1.1 code splits lines on
+  Unicode separators like \x0c and \u2028 that the client does not count, drops the last
+  character for a column past the end of the last line, and garbles reversed ranges).
+  The rules, per LSP: lines end at \n, \r\n or \r; a line past the end means the end of
+  the document; a character past the end of a line means the end of that line (before
+  its line break); a position inside a surrogate pair means after that character; a
+  range whose end comes before its start is swapped. A change for a document that is not
+  open is ignored.
 
 Left out on purpose: prompts and stop rules (context.py, completer.py), decoding
 (engine.py), the command line (server_cli.py).
@@ -26,16 +36,20 @@ from __future__ import annotations
 import asyncio
 import itertools
 import logging
+import re
 import threading
 import time
 from collections import deque
 from dataclasses import dataclass, field
 from typing import Any
+from urllib.parse import unquote
 
 from lsprotocol import types
-from pygls.exceptions import JsonRpcException, JsonRpcInvalidParams
+from pygls.exceptions import (FeatureRequestError, JsonRpcException, JsonRpcInvalidParams, JsonRpcInvalidRequest,
+                              JsonRpcMethodNotFound, JsonRpcServerNotInitialized)
 from pygls.lsp.server import LanguageServer
-from pygls.protocol import LanguageServerProtocol
+from lsprotocol.types import ResponseError
+from pygls.protocol import LanguageServerProtocol, lsp_method
 from pygls.uris import to_fs_path
 
 from .scheduler import Scheduler, StepHook, Superseded
@@ -46,6 +60,9 @@ log = logging.getLogger(__name__)
 STATS = "ditto/stats"
 TRACE = "ditto/trace"
 DEBUG_STEP = "ditto/debug/step"
+DEBUG_DOCUMENT = "ditto/debug/document"
+
+_LINE_BREAK = re.compile(r"\r\n|\r|\n")
 
 
 class _Answered:
@@ -61,6 +78,11 @@ class DittoProtocol(LanguageServerProtocol):
         try:
             return super().structure_message(data)
         except JsonRpcException as exc:
+            if isinstance(data, dict) and "id" in data and not {"method", "result", "error"} & data.keys():
+                # Neither a request nor a response (pygls 2.1.1 drops it): InvalidRequest.
+                self._send_response(data["id"], error=ResponseError(
+                    code=JsonRpcInvalidRequest.CODE, message="a request needs a method"))
+                return _Answered()
             if isinstance(data, dict) and "id" in data and "method" in data:
                 err = exc if isinstance(exc, JsonRpcInvalidParams) else JsonRpcInvalidParams()
                 err.message = f"invalid params for {data.get('method')!r}"
@@ -71,7 +93,60 @@ class DittoProtocol(LanguageServerProtocol):
     def handle_message(self, message):
         if isinstance(message, _Answered):
             return
+        method, msg_id = getattr(message, "method", None), getattr(message, "id", None)
+        if method is not None and msg_id is not None:  # a request
+            # pygls 2.1.1 answers nothing after shutdown, and runs handlers before initialize.
+            if self._shutdown:
+                self._send_response(msg_id, error=ResponseError(
+                    code=JsonRpcInvalidRequest.CODE, message=f"{method}: the server is shutting down"))
+                return
+            if self._workspace is None and method != types.INITIALIZE:
+                self._send_response(msg_id, error=ResponseError(
+                    code=JsonRpcServerNotInitialized.CODE, message=f"{method}: the server is not initialized"))
+                return
         super().handle_message(message)
+
+    @lsp_method(types.TEXT_DOCUMENT_DID_CHANGE)
+    def lsp_text_document__did_change(self, params: types.DidChangeTextDocumentParams):
+        """Applies the changes with the rules of the module docstring, then calls the handler."""
+        uri = params.text_document.uri
+        doc = self.workspace.text_documents.get(unquote(uri))
+        if doc is None:
+            log.info("didChange for a document that is not open: %s", uri)
+            return
+        text = doc.source
+        units = self.workspace.position_codec.client_num_units
+        for change in params.content_changes:
+            if isinstance(change, types.TextDocumentContentChangePartial):
+                text = apply_change(text, change.range, change.text, units)
+            else:
+                text = change.text
+        self.workspace.update_text_document(
+            params.text_document, types.TextDocumentContentChangeWholeDocument(text=text))
+        if (user_handler := self.fm.features.get(types.TEXT_DOCUMENT_DID_CHANGE)) is not None:
+            yield user_handler, (params,), None
+
+
+def apply_change(text: str, rng: types.Range, new_text: str, units) -> str:
+    """`text` with `rng` replaced by `new_text`; `units(s)` counts client units (module docstring rules)."""
+    starts = [0] + [m.end() for m in _LINE_BREAK.finditer(text)]
+
+    def offset(pos: types.Position) -> int:
+        if pos.line >= len(starts):
+            return len(text)
+        begin = starts[pos.line]
+        m = _LINE_BREAK.search(text, begin)
+        end = m.start() if m else len(text)
+        i, seen = begin, 0
+        while i < end and seen < pos.character:
+            seen += units(text[i])
+            i += 1
+        return i
+
+    a, b = offset(rng.start), offset(rng.end)
+    if b < a:
+        a, b = b, a
+    return text[:a] + new_text + text[b:]
 
 
 @dataclass
@@ -85,6 +160,7 @@ class Counters:
     not_ready: int = 0  # no model loaded yet (answered None)
     invalid: int = 0  # unknown document or position outside it (answered None)
     errors: int = 0  # the engine raised
+    stale_passes: int = 0  # model passes begun for a request already cancelled or superseded
     drafted: int = 0
     accepted: int = 0
     generated: int = 0
@@ -127,19 +203,27 @@ class DittoServer(LanguageServer):
         self._load_wanted = 0
         self._dirty: dict[str, str | None] = {}  # uri -> new text (None: closed), applied on the worker
         self._dirty_lock = threading.Lock()
+        self._accepted: list[tuple[str, str]] = []  # (uri, suggestion text) the user accepted; for the history source
         self._step_cancel: threading.Event | None = None
         self._step_uri: str | None = None
         self.loop: asyncio.AbstractEventLoop | None = None
 
     # -- errors ------------------------------------------------------------------------
     def report_server_error(self, error, source):
-        # pygls's default shows every out-of-band error to the user; log instead.
+        # pygls's default shows every out-of-band error to the user; log instead. A failed
+        # request was already logged by pygls with its traceback: log it once, not twice.
+        if source is FeatureRequestError:
+            return
         log.error("%s: %s", getattr(source, "__name__", source), error)
 
     # -- documents -----------------------------------------------------------------------
     def document(self, uri: str):
-        """The open document, or None; never reads from disk."""
-        return self.workspace.text_documents.get(uri)
+        """The open document, or None; never reads from disk.
+
+        pygls keys its documents by the percent-decoded URI (`file:///a%20b.py` is stored
+        as `file:///a b.py`), so look them up the same way.
+        """
+        return self.workspace.text_documents.get(unquote(uri))
 
     def mark_dirty(self, uri: str, text: str | None) -> None:
         with self._dirty_lock:
@@ -149,11 +233,31 @@ class DittoServer(LanguageServer):
         """On the worker: bring the drafter's index up to date with the open buffers."""
         with self._dirty_lock:
             dirty, self._dirty = self._dirty, {}
+            accepted, self._accepted = self._accepted, []
         for uri, text in dirty.items():
             if text is None:
                 completer.forget_buffer(buffer_name(uri))
             else:
-                completer.set_buffer(buffer_name(uri), text)
+                completer.set_buffer(buffer_name(uri), model_text(text))
+        for uri, shown in accepted:
+            if hasattr(completer, "accepted"):
+                completer.accepted(shown, typed_after(self.document(uri), shown))
+
+    def note_change(self, uri: str, params) -> None:
+        """A didChange that inserts exactly the last suggestion shown for `uri` is an acceptance.
+
+        It is queued and given to the Completer's history source (with the text typed
+        after it by then) on the worker, before the next completion.
+        """
+        shown = (self.traces.get(uri) or {}).get("text")
+        if not shown or len(shown.strip()) < 2:
+            return
+        for change in params.content_changes:
+            if getattr(change, "range", None) is not None and change.text and change.text.endswith(shown):
+                with self._dirty_lock:
+                    self._accepted.append((uri, shown))
+                self.traces[uri] = {**self.traces[uri], "text": None}  # one acceptance per suggestion
+                return
 
     # -- model loading --------------------------------------------------------------------
     def request_load(self) -> None:
@@ -196,8 +300,9 @@ class DittoServer(LanguageServer):
             lm = load(settings.model, device=settings.device, dtype=settings.dtype,
                       trust_remote_code=settings.trust_remote_code,
                       progress=lambda msg, frac: loop.call_soon_threadsafe(report, msg, frac))
-            completer = Completer(lm, engine=Engine(StepHook(lm, self._before_step)),
-                                  settings=CompleterSettings(drafter=settings.drafter, multiline=settings.multiline))
+            completer = Completer(lm, engine=Engine(StepHook(lm, self._before_step, self._after_step)),
+                                  settings=CompleterSettings(drafter=settings.drafter, multiline=settings.multiline,
+                                                             draft_model=settings.draft_model))
             with self._dirty_lock:
                 self._dirty = {uri: doc.source for uri, doc in self.workspace.text_documents.items()}
             self._apply_dirty(completer)
@@ -234,11 +339,18 @@ class DittoServer(LanguageServer):
     def _before_step(self, n_tokens: int) -> None:
         """On the worker, before every model pass: the debug hooks of the settings."""
         s = self.settings
+        if self._step_cancel is not None and self._step_cancel.is_set():
+            self.counters.stale_passes += 1
         if s.debug_notify_steps and self.loop is not None:
             params = {"uri": self._step_uri, "tokens": n_tokens}
             self.loop.call_soon_threadsafe(self.protocol.notify, DEBUG_STEP, params)
         if s.debug_step_delay_ms > 0 and self._step_cancel is not None:
             self._step_cancel.wait(s.debug_step_delay_ms / 1000)
+
+    def _after_step(self, n_tokens: int) -> None:
+        """On the worker, after every model pass: the `debug_fail_forward` fault."""
+        if self.settings.debug_fail_forward:
+            raise RuntimeError("out of memory (simulated by the debug_fail_forward setting)")
 
     # -- settings ----------------------------------------------------------------------------
     def apply_settings(self, options, where: str, load: bool = True) -> None:
@@ -256,7 +368,8 @@ class DittoServer(LanguageServer):
         if self.completer is not None:
             from .completer import CompleterSettings
 
-            self.completer.settings = CompleterSettings(drafter=new.drafter, multiline=new.multiline)
+            self.completer.settings = CompleterSettings(drafter=new.drafter, multiline=new.multiline,
+                                                        draft_model=new.draft_model)
         if load and (new.model_key() != old.model_key() or self.model_state == "failed"):
             self.request_load()
 
@@ -303,7 +416,7 @@ class DittoServer(LanguageServer):
             self._apply_dirty(completer)
             self._step_cancel, self._step_uri = cancel, snap.uri
             try:
-                sug = completer.complete(snap.text, snap.line, snap.col, name=buffer_name(snap.uri), options=options,
+                sug = completer.complete(model_text(snap.text), snap.line, snap.col, name=buffer_name(snap.uri), options=options,
                                          cancel=cancel, cache_key=snap.uri)
             finally:
                 self._step_cancel = self._step_uri = None
@@ -380,6 +493,7 @@ class DittoServer(LanguageServer):
             "not_ready": c.not_ready,
             "invalid": c.invalid,
             "errors": c.errors,
+            "stale_passes": c.stale_passes,
             "latency_ms": {"p50": percentile(c.latencies_ms, 50), "p95": percentile(c.latencies_ms, 95),
                            "count": len(c.latencies_ms)},
             "acceptance_rate": round(c.accepted / c.drafted, 4) if c.drafted else None,
@@ -393,8 +507,35 @@ class DittoServer(LanguageServer):
             "model_error": self.model_error,
             "worker_busy": self.scheduler.busy,
             "worker_pending": self.scheduler.pending,
+            "worker_pending_max": self.scheduler.max_pending,
             "open_documents": len(self.workspace.text_documents) if self.protocol._workspace else 0,
         }
+
+
+def typed_after(doc, shown: str, limit: int = 200) -> str:
+    """What follows the last occurrence of `shown` in `doc`, to the end of the next non-blank line."""
+    text = doc.source if doc is not None else ""
+    i = text.rfind(shown)
+    if i < 0:
+        return ""
+    rest = text[i + len(shown) : i + len(shown) + limit]
+    lines = rest.split("\n")
+    keep = [lines[0]]
+    for line in lines[1:]:
+        keep.append(line)
+        if line.strip():
+            break
+    return "\n".join(keep)
+
+
+def model_text(text: str) -> str:
+    """`text` with lone surrogates (JSON allows "\\ud83d"; tokenizers reject them) as "?", one for one,
+    so that columns stay put."""
+    try:
+        text.encode("utf-8")
+        return text
+    except UnicodeEncodeError:
+        return text.encode("utf-8", "replace").decode("utf-8")
 
 
 def buffer_name(uri: str) -> str:
@@ -449,6 +590,7 @@ def build_server(settings: Settings | None = None) -> DittoServer:
         doc = ls.document(params.text_document.uri)
         if doc is not None:
             ls.mark_dirty(doc.uri, doc.source)
+            ls.note_change(params.text_document.uri, params)
 
     @server.feature(types.TEXT_DOCUMENT_DID_CLOSE)
     def on_close(ls: DittoServer, params: types.DidCloseTextDocumentParams):
@@ -525,6 +667,16 @@ def build_server(settings: Settings | None = None) -> DittoServer:
         if uri is None:
             return None
         return ls.traces.get(uri)
+
+    @server.feature(DEBUG_DOCUMENT)
+    def debug_document(ls: DittoServer, params):
+        if not ls.settings.debug_documents:
+            raise JsonRpcMethodNotFound(f"{DEBUG_DOCUMENT} is off: set the debugDocuments setting")
+        uri = _get(params, "uri")
+        if not isinstance(uri, str):
+            raise JsonRpcInvalidParams(f"{DEBUG_DOCUMENT}: uri must be a string")
+        doc = ls.document(uri)
+        return None if doc is None else {"uri": uri, "version": doc.version, "text": doc.source}
 
     return server
 

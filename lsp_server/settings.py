@@ -28,7 +28,8 @@ class Settings:
     dtype: str = "auto"  # auto | float32 | bfloat16 | float16
     trust_remote_code: bool = False  # let a model directory's own Python code run
     # -- decoding ------------------------------------------------------------------------
-    drafter: str = "ngram"  # none | ngram
+    drafter: str = "ngram"  # none | ngram | model | hybrid
+    draft_model: str = "qwen2.5-coder-0.5b"  # model spec of the model / hybrid drafters (same tokenizer as model)
     max_tokens: int = 64  # token budget of one suggestion
     draft_max: int = 8  # longest draft verified in one pass; 0 = plain decoding
     temperature: float = 0.0  # 0 = greedy
@@ -40,6 +41,8 @@ class Settings:
     # -- testing -------------------------------------------------------------------------
     debug_step_delay_ms: float = 0.0  # sleep before every model pass (tests make decoding slow to cancel it)
     debug_notify_steps: bool = False  # send a `ditto/debug/step` notification before every model pass
+    debug_documents: bool = False  # answer `ditto/debug/document` (the server's text of an open document)
+    debug_fail_forward: bool = False  # every model pass raises a simulated out-of-memory error after running
 
     MODEL_KEYS = ("model", "device", "dtype", "trust_remote_code")
 
@@ -59,7 +62,8 @@ class Settings:
         """From `ditto-lsp serve` arguments (cli.add_model_args / add_decode_args)."""
         return cls().merged({
             "model": args.model, "device": args.device, "dtype": args.dtype,
-            "trust_remote_code": args.trust_remote_code, "drafter": args.drafter, "max_tokens": args.max_tokens,
+            "trust_remote_code": args.trust_remote_code, "drafter": args.drafter,
+            "draft_model": getattr(args, "draft_model", cls.draft_model), "max_tokens": args.max_tokens,
             "draft_max": args.draft_max, "temperature": args.temperature, "top_p": args.top_p, "top_k": args.top_k,
             "seed": args.seed, "time_budget_s": args.time_budget if args.time_budget is not None else cls.time_budget_s,
             "multiline": not args.single_line,
@@ -93,7 +97,8 @@ class Settings:
 
     def validate(self) -> None:
         checks = [
-            ("drafter", self.drafter in ("none", "ngram"), "none or ngram"),
+            ("drafter", self.drafter in ("none", "ngram", "model", "hybrid"), "none, ngram, model or hybrid"),
+            ("draft_model", bool(self.draft_model.strip()), "a non-empty model spec"),
             ("max_tokens", self.max_tokens >= 1, ">= 1"),
             ("draft_max", self.draft_max >= 0, ">= 0"),
             ("temperature", self.temperature >= 0, ">= 0"),
@@ -109,8 +114,9 @@ class Settings:
 
 
 _TYPES = {
-    "model": str, "device": str, "dtype": str, "drafter": str,
+    "model": str, "device": str, "dtype": str, "drafter": str, "draft_model": str,
     "trust_remote_code": bool, "multiline": bool, "debug_notify_steps": bool,
+    "debug_documents": bool, "debug_fail_forward": bool,
     "max_tokens": int, "draft_max": int, "top_k": int, "seed": (int, type(None)),
     "temperature": float, "top_p": float, "time_budget_s": (float, type(None)), "debug_step_delay_ms": float,
 }

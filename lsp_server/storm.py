@@ -1,0 +1,383 @@
+"""A raw JSON-RPC client for `ditto-lsp serve`, and the typing storm built on it.
+
+`RawClient` speaks LSP framing over a subprocess's stdin/stdout with no LSP library in
+between, so tests can send what a real client never would (invalid JSON, wrong types,
+requests before `initialize`). A reader thread files every message; `wait()` blocks on
+a condition until the answer with that id arrives, with a timeout.
+
+`storm()` is a bounded load test: several documents, thousands of keystrokes at typing
+speed and in bursts, an inline request after most of them (so newer requests supersede
+older ones), some `$/cancelRequest`s; it stops by itself and reports requests served,
+cancelled, superseded and dropped, p50/p99 time to answer, stale model passes, and the
+server's RSS and thread count (from /proc) at start, after warm-up and at the end.
+
+    python -m lsp_server.storm --model tiny-random --edits 300
+    python -m lsp_server.storm --model default --edits 2000 --json storm.json
+
+Left out on purpose: pygls (this is the other side of the wire), asserting anything
+(tests/test_fuzz_protocol.py and tests/test_faults.py do that).
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import random
+import subprocess
+import sys
+import threading
+import time
+from pathlib import Path
+
+SERVE = [sys.executable, "-m", "lsp_server.cli", "serve"]
+
+
+class RawClient:
+    """One `ditto-lsp serve` process and the messages it sent."""
+
+    def __init__(self, args: list[str], env: dict | None = None, stderr=None, cwd: str | None = None):
+        self.proc = subprocess.Popen([*SERVE, *args], stdin=subprocess.PIPE, stdout=subprocess.PIPE,
+                                     stderr=stderr if stderr is not None else subprocess.DEVNULL,
+                                     env={**os.environ, **(env or {})}, cwd=cwd)
+        self.pid = self.proc.pid
+        self.responses: dict = {}  # id -> (message, monotonic time received)
+        self.notifications: list[dict] = []
+        self.server_requests: list[dict] = []
+        self.closed = False  # the server closed its stdout
+        self._cond = threading.Condition()
+        self._ids = 0
+        self._write_lock = threading.Lock()
+        self._reader = threading.Thread(target=self._read, daemon=True)
+        self._reader.start()
+
+    # -- wire -----------------------------------------------------------------------------
+    def send_bytes(self, body: bytes) -> None:
+        with self._write_lock:
+            self.proc.stdin.write(b"Content-Length: %d\r\n\r\n" % len(body) + body)
+            self.proc.stdin.flush()
+
+    def send(self, message: dict) -> None:
+        self.send_bytes(json.dumps(message).encode("utf-8"))
+
+    def _read(self) -> None:
+        out = self.proc.stdout
+        try:
+            while True:
+                length = None
+                while True:
+                    line = out.readline()
+                    if not line:
+                        return
+                    line = line.strip()
+                    if not line:
+                        break
+                    name, _, value = line.partition(b":")
+                    if name.strip().lower() == b"content-length":
+                        length = int(value)
+                body = out.read(length or 0)
+                if len(body) < (length or 0):
+                    return
+                msg = json.loads(body)
+                self._file(msg)
+        finally:
+            with self._cond:
+                self.closed = True
+                self._cond.notify_all()
+
+    def _file(self, msg: dict) -> None:
+        now = time.monotonic()
+        if "method" in msg and "id" in msg:  # a request from the server: accept it
+            self.send({"jsonrpc": "2.0", "id": msg["id"], "result": None})
+            with self._cond:
+                self.server_requests.append(msg)
+                self._cond.notify_all()
+        elif "method" in msg:
+            with self._cond:
+                self.notifications.append(msg)
+                self._cond.notify_all()
+        else:
+            with self._cond:
+                self.responses[msg.get("id")] = (msg, now)
+                self._cond.notify_all()
+
+    # -- requests ---------------------------------------------------------------------------
+    def request(self, method: str, params=None, msg_id=None):
+        """Send a request; returns its id (answers arrive in `responses`)."""
+        if msg_id is None:
+            self._ids += 1
+            msg_id = self._ids
+        msg = {"jsonrpc": "2.0", "id": msg_id, "method": method}
+        if params is not None:
+            msg["params"] = params
+        self.send(msg)
+        return msg_id
+
+    def notify(self, method: str, params=None) -> None:
+        msg = {"jsonrpc": "2.0", "method": method}
+        if params is not None:
+            msg["params"] = params
+        self.send(msg)
+
+    def wait(self, msg_id, timeout: float = 60.0) -> dict:
+        """The answer to request `msg_id`; TimeoutError if none comes, EOFError if the server went away."""
+        deadline = time.monotonic() + timeout
+        with self._cond:
+            while msg_id not in self.responses:
+                if self.closed:
+                    raise EOFError(f"the server closed its output before answering request {msg_id!r}")
+                left = deadline - time.monotonic()
+                if left <= 0:
+                    raise TimeoutError(f"no answer to request {msg_id!r} in {timeout} s")
+                self._cond.wait(left)
+            return self.responses[msg_id][0]
+
+    def call(self, method: str, params=None, timeout: float = 60.0) -> dict:
+        return self.wait(self.request(method, params), timeout)
+
+    def wait_notification(self, pred, timeout: float = 60.0) -> dict:
+        deadline = time.monotonic() + timeout
+        seen = 0
+        with self._cond:
+            while True:
+                for msg in self.notifications[seen:]:
+                    if pred(msg):
+                        return msg
+                seen = len(self.notifications)
+                if self.closed:
+                    raise EOFError("the server closed its output")
+                left = deadline - time.monotonic()
+                if left <= 0:
+                    raise TimeoutError(f"no matching notification in {timeout} s")
+                self._cond.wait(left)
+
+    # -- session ----------------------------------------------------------------------------
+    def initialize(self, options: dict | None = None, progress: bool = True, timeout: float = 60.0) -> dict:
+        caps = {"window": {"workDoneProgress": progress}}
+        answer = self.call("initialize", {"processId": os.getpid(), "rootUri": None, "capabilities": caps,
+                                          "initializationOptions": options or {}}, timeout)
+        self.notify("initialized", {})
+        return answer
+
+    def wait_ready(self, timeout: float = 300.0) -> dict:
+        """Wait for the model load's end of progress; returns it (message 'ready' or 'failed')."""
+        return self.wait_notification(
+            lambda m: m.get("method") == "$/progress" and m["params"]["value"].get("kind") == "end", timeout)
+
+    def stats(self, timeout: float = 60.0) -> dict:
+        return self.call("ditto/stats", {}, timeout)["result"]
+
+    def open(self, uri: str, text: str, version: int = 1) -> None:
+        self.notify("textDocument/didOpen", {"textDocument": {"uri": uri, "languageId": "python",
+                                                              "version": version, "text": text}})
+
+    def change(self, uri: str, version: int, changes: list[dict]) -> None:
+        self.notify("textDocument/didChange", {"textDocument": {"uri": uri, "version": version},
+                                               "contentChanges": changes})
+
+    def close_doc(self, uri: str) -> None:
+        self.notify("textDocument/didClose", {"textDocument": {"uri": uri}})
+
+    def inline(self, uri: str, line: int, character: int, invoked: bool = False):
+        return self.request("textDocument/inlineCompletion", {
+            "textDocument": {"uri": uri}, "position": {"line": line, "character": character},
+            "context": {"triggerKind": 1 if invoked else 2}})
+
+    def shutdown_and_exit(self, timeout: float = 30.0) -> int:
+        self.call("shutdown", None, timeout)
+        self.notify("exit")
+        return self.proc.wait(timeout)
+
+    def kill(self) -> None:
+        if self.proc.poll() is None:
+            self.proc.kill()
+            self.proc.wait(10)
+        for f in (self.proc.stdin, self.proc.stdout):
+            try:
+                f.close()
+            except OSError:
+                pass
+
+
+def proc_status(pid: int) -> dict:
+    """RSS (MiB) and thread count of a process, from /proc/<pid>/status."""
+    fields = {}
+    for line in Path(f"/proc/{pid}/status").read_text().splitlines():
+        name, _, value = line.partition(":")
+        fields[name] = value.strip()
+    return {"rss_mib": round(int(fields["VmRSS"].split()[0]) / 1024, 1), "threads": int(fields["Threads"])}
+
+
+def percentile(xs: list[float], q: float):
+    if not xs:
+        return None
+    xs = sorted(xs)
+    return round(xs[min(len(xs) - 1, max(0, round(q / 100 * (len(xs) - 1))))], 1)
+
+
+# -- the storm ---------------------------------------------------------------------------------
+
+SOURCE = '''import os
+import sys
+
+
+def read_config(path):
+    with open(path) as f:
+        return [line.strip() for line in f if line.strip()]
+
+
+def write_config(path, lines):
+    with open(path, "w") as f:
+        for line in lines:
+            f.write(line + "\\n")
+
+
+class Stack:
+    def __init__(self):
+        self.items = []
+
+    def push(self, item):
+        self.items.append(item)
+
+    def pop(self):
+        return self.items.pop()
+
+
+def main(argv):
+    config = read_config(argv[1])
+    write_config(argv[2], config)
+    return 0
+'''
+
+
+def storm(model: str = "tiny-random", edits: int = 300, docs: int = 4, seed: int = 0, max_tokens: int = 16,
+          warmup: int = 20, cancel_every: int = 7, answer_timeout: float = 600.0, log=None,
+          server_env: dict | None = None) -> dict:
+    """Run the storm; returns its figures (see the module docstring)."""
+    rng = random.Random(seed)
+    say = log or (lambda *a: None)
+    env = {"OMP_NUM_THREADS": "1", **(server_env or {})}
+    c = RawClient(["--model", model, "--max-tokens", str(max_tokens)], env=env)
+    try:
+        c.initialize({"maxTokens": max_tokens})
+        mem = {"start": proc_status(c.pid)}  # initialized, model not loaded yet
+        end = c.wait_ready(timeout=900)
+        if end["params"]["value"].get("message") != "ready":
+            raise RuntimeError(f"model {model!r} did not load: {c.stats().get('model_error')}")
+        uris = [f"file:///tmp/ditto-storm/doc{i}.py" for i in range(docs)]
+        text = {}  # uri -> lines
+        cursor = {}
+        version = {}
+        for u in uris:
+            c.open(u, SOURCE)
+            text[u] = SOURCE.split("\n")
+            cursor[u] = (len(text[u]) - 1, 0)
+            version[u] = 1
+        # What gets typed: lines of the source, so the n-gram drafter has something to copy.
+        typed = [ln for ln in SOURCE.split("\n") if ln.strip()]
+        sent: dict = {}  # id -> monotonic send time
+        cancelled: set = set()
+        base = None
+        t_start = time.monotonic()
+        for i in range(edits + warmup):
+            if i == warmup:
+                # Warm-up done: wait for its answers, then sample memory and zero the counters.
+                for rid in list(sent):
+                    c.wait(rid, answer_timeout)
+                mem["after_warmup"] = proc_status(c.pid)
+                base = c.stats()
+                sent.clear()
+                cancelled.clear()
+                t_start = time.monotonic()
+            u = uris[0] if rng.random() < 0.7 else rng.choice(uris)  # mostly one document, as people type
+            line, col = cursor[u]
+            target = typed[(i // 40) % len(typed)]
+            if col >= len(target) or rng.random() < 0.02:  # end of the line typed: a new line
+                ln = text[u][line]
+                text[u][line:line + 1] = [ln[:col], ln[col:]]
+                change = {"range": {"start": {"line": line, "character": col}, "end": {"line": line, "character": col}},
+                          "text": "\n"}
+                line, col = line + 1, 0
+            elif rng.random() < 0.1 and col > 0:  # backspace
+                ln = text[u][line]
+                text[u][line] = ln[:col - 1] + ln[col:]
+                change = {"range": {"start": {"line": line, "character": col - 1},
+                                    "end": {"line": line, "character": col}}, "text": ""}
+                col -= 1
+            else:
+                ch = target[col]
+                ln = text[u][line]
+                text[u][line] = ln[:col] + ch + ln[col:]
+                change = {"range": {"start": {"line": line, "character": col}, "end": {"line": line, "character": col}},
+                          "text": ch}
+                col += 1
+            cursor[u] = (line, col)
+            version[u] += 1
+            c.change(u, version[u], [change])
+            if rng.random() < 0.9:
+                rid = c.inline(u, line, col)
+                sent[rid] = time.monotonic()
+                if cancel_every and rng.randrange(cancel_every) == 0:
+                    c.notify("$/cancelRequest", {"id": rid})
+                    cancelled.add(rid)
+            # Typing speed (30-150 ms a key) most of the time, bursts (no pause) otherwise.
+            if rng.random() < 0.7:
+                time.sleep(rng.uniform(0.03, 0.15))
+            if i % 200 == 0:
+                say(f"storm: {i}/{edits + warmup} keys, {len(c.responses)} answers")
+        t_typed = time.monotonic()
+        answers = {}
+        dropped = []
+        for rid in sent:
+            try:
+                answers[rid] = c.wait(rid, max(1.0, answer_timeout - (time.monotonic() - t_typed)))
+            except TimeoutError:
+                dropped.append(rid)
+        t_end = time.monotonic()
+        mem["end"] = proc_status(c.pid)
+        after = c.stats()
+        delta = {k: after[k] - base[k] for k in ("requests", "completed", "empty", "cancelled", "superseded",
+                                                 "dropped_stale", "not_ready", "invalid", "errors", "stale_passes")}
+        lat = [(c.responses[r][1] - sent[r]) * 1000 for r in answers]
+        with_items = sum(1 for m in answers.values() if m.get("result"))
+        null = sum(1 for m in answers.values() if "result" in m and m["result"] is None)
+        errors = [m["error"] for m in answers.values() if "error" in m]
+        cancel_errors = sum(1 for e in errors if e.get("code") == -32800)
+        code = c.shutdown_and_exit()
+        growth = (mem["end"]["rss_mib"] - mem["after_warmup"]["rss_mib"]) / mem["after_warmup"]["rss_mib"]
+        return {
+            "model": model, "edits": edits, "docs": docs, "warmup_keys": warmup, "max_tokens": max_tokens,
+            "requests_sent": len(sent), "cancel_sent": len(cancelled), "answered": len(answers),
+            "dropped_no_answer": len(dropped), "answered_with_items": with_items, "answered_null": null,
+            "answered_cancelled_error": cancel_errors, "answered_other_error": len(errors) - cancel_errors,
+            "server": delta, "worker_pending_max": after["worker_pending_max"],
+            "latency_ms": {"p50": percentile(lat, 50), "p99": percentile(lat, 99), "max": percentile(lat, 100)},
+            "served_latency_ms": after["latency_ms"],
+            "typing_s": round(t_typed - t_start, 1), "drain_s": round(t_end - t_typed, 1),
+            "memory": mem, "rss_growth_after_warmup": round(growth, 4), "exit_code": code,
+        }
+    finally:
+        c.kill()
+
+
+def main(argv=None) -> int:
+    p = argparse.ArgumentParser(prog="python -m lsp_server.storm", description=__doc__.split("\n\n")[0])
+    p.add_argument("--model", default="tiny-random")
+    p.add_argument("--edits", type=int, default=300)
+    p.add_argument("--docs", type=int, default=4)
+    p.add_argument("--max-tokens", type=int, default=16)
+    p.add_argument("--warmup", type=int, default=20)
+    p.add_argument("--seed", type=int, default=0)
+    p.add_argument("--json", default=None, metavar="PATH", help="also write the figures to PATH")
+    a = p.parse_args(argv)
+    out = storm(a.model, a.edits, a.docs, a.seed, a.max_tokens, a.warmup,
+                log=lambda m: print(m, file=sys.stderr, flush=True))
+    text = json.dumps(out, indent=2)
+    print(text)
+    if a.json:
+        Path(a.json).write_text(text + "\n")
+    return 0
+
+
+if __name__ == "__main__":
+    raise SystemExit(main())
