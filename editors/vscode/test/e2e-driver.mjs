@@ -182,6 +182,32 @@ async function main() {
     } catch (e) {
       log(`trace view not shown: ${e.message}`);
     }
+    // Also not part of PASS/FAIL: the toggle and restart commands, seen in the status bar.
+    const waitStatus = async (re, ms) => {
+      const until = Date.now() + ms;
+      let t = "";
+      while (Date.now() < until) {
+        t = await statusText();
+        if (re.test(t)) return t;
+        await page.waitForTimeout(250);
+      }
+      throw new Error(`status bar ${visible(t)} never matched ${re}`);
+    };
+    for (const [title, re, label] of [
+      ["Ditto: Toggle Suggestions", /\(off\)/, "toggle off"],
+      ["Ditto: Toggle Suggestions", /^(?!.*\(off\)).*Ditto tiny-random/, "toggle on"],
+      ["Ditto: Restart Server", /^Ditto tiny-random$/, "restart"], // a new server: no rates yet
+    ]) {
+      try {
+        await page.keyboard.press("Escape");
+        await runCommand(title);
+        if (label === "restart") await page.waitForTimeout(1000);
+        log(`extra check ${label}: ok, status bar ${visible(await waitStatus(re, 60000))}`);
+      } catch (e) {
+        log(`extra check ${label}: FAILED (${e.message})`);
+      }
+    }
+    await shot("6-after-restart.png");
     await browser.close();
     return 0;
   } catch (e) {

@@ -13,7 +13,8 @@
 #     cs/      code-server@4.139.1 (npm builds its native modules: ~4-8 min on 2 cores, once)
 #     pw/      playwright-core (its own browser download is never used)
 # Environment: DITTO_LSP (default <repo>/.venv/bin/ditto-lsp), DITTO_E2E_TOOLS,
-#   DITTO_E2E_TIMEOUT (seconds the browser part may take, default 300).
+#   DITTO_E2E_TIMEOUT (seconds the browser part may take, default 300), KEEP_RUN=1 (keep the
+#   temporary user-data dir and workspace).
 # Prints "e2e: PASS" and exits 0, or "e2e: FAIL: <why>" and exits 1.
 set -uo pipefail
 
