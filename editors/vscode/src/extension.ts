@@ -24,7 +24,9 @@ import {
 
 import { changeKind, configurationParams, describeLaunch, DittoSettings, initializationOptions, readSettings, serverLaunch } from "./config";
 import { ProgressValue, progressView, stateView, statsView, StatusView } from "./stats";
+import { classify, Level } from "./serverlog";
 import { renderTraceHtml } from "./trace";
+import * as readline from "node:readline";
 
 const STATS_POLL_MS = 5000;
 
@@ -100,6 +102,20 @@ class Ditto implements vscode.Disposable {
       documentSelector: [{ scheme: "file" }, { scheme: "untitled" }],
       initializationOptions: initializationOptions(this.settings),
       outputChannel: this.log,
+      stdioOptions: {
+        stdout: (input, channel) => {
+          // Only reached if the transport is not stdio; stdout carries the protocol otherwise.
+          readline.createInterface({ input, crlfDelay: Infinity }).on("line", (line) => channel.info(line));
+        },
+        stderr: (input, channel) => {
+          let level: Level = "info";
+          readline.createInterface({ input, crlfDelay: Infinity }).on("line", (line) => {
+            const c = classify(line, level);
+            level = c.level;
+            channel[c.level](`[server] ${c.text}`);
+          });
+        },
+      },
       revealOutputChannelOn: RevealOutputChannelOn.Never,
       middleware: {
         provideInlineCompletionItems: async (document, position, context, token, next) => {

@@ -163,7 +163,7 @@ timeout "${DITTO_E2E_TIMEOUT:-300}" env NODE_PATH="$TOOLS/pw/node_modules" PW_DI
   --url "http://127.0.0.1:$PORT/?folder=$WS" --file "$WS/example.py" --shots "$SHOTS" --chromium "$CHROMIUM"
 rc=$?
 # The extension's own log (its output channel: server stderr included) for the record.
-find "$UDD/logs" -path '*ditto-vscode*' -name '*.log' -exec cp {} "$SHOTS/" \; 2>/dev/null
+find "$UDD/logs" -path '*/ditto-lsp.ditto-vscode/*' -name '*.log' -exec cp {} "$SHOTS/" \; 2>/dev/null
 say "screenshots and logs in $SHOTS; total $(( $(date +%s) - T0 )) s"
 if [ $rc -eq 0 ]; then echo "e2e: PASS"; exit 0; fi
 [ $rc -eq 124 ] && fail "the browser part timed out"
