@@ -109,7 +109,7 @@ PACKAGED = {
         count=22,
         version="0.2.0",
         sha256="cc324af070c2ecbfd324a30884d2f951a7ff756aba85cb811a6ec436933bb046",
-        size=0,
+        size=1117320768,
     ),
 }
 DEFAULT_SPEC = "qwen2.5-coder-0.5b"
@@ -262,9 +262,12 @@ def _load_dir(source, spec: str, name: str, dev, dt, trust_remote_code: bool, sa
     say(f"loading {name}", None)
     offline = not isinstance(source, str)
     try:
-        tok = AutoTokenizer.from_pretrained(str(source), trust_remote_code=trust_remote_code)
+        # A local directory never touches the network (local_files_only); only a hub id may.
+        tok = AutoTokenizer.from_pretrained(str(source), trust_remote_code=trust_remote_code,
+                                            local_files_only=offline)
         model = AutoModelForCausalLM.from_pretrained(
-            str(source), dtype=dt, trust_remote_code=trust_remote_code, low_cpu_mem_usage=True
+            str(source), dtype=dt, trust_remote_code=trust_remote_code, low_cpu_mem_usage=True,
+            local_files_only=offline,
         )
     except OSError as err:
         first = str(err).strip().splitlines()[0] if str(err).strip() else type(err).__name__

@@ -59,4 +59,6 @@ def run(args) -> int:
             server.start_io(sys.stdin.buffer, sys.stdout.buffer)
     finally:
         server.scheduler.close()
-    return 0
+    # LSP: exit code 0 after a shutdown request, 1 otherwise (pygls's own sys.exit(1) is
+    # raised inside an event-loop callback and lost).
+    return 0 if getattr(server.protocol, "_shutdown", False) else 1
