@@ -25,12 +25,15 @@ class Proposal:
     sequence of torch tensors over the vocabulary), which the engine's general
     acceptance rule needs. `match_len` is the length of the n-gram that matched (0 when
     not applicable); `source` names where the draft came from, for traces and stats.
+    `agreement` (n-gram lookup) is the fraction of matched positions whose continuation
+    starts with the first draft token; None when not applicable.
     """
 
     tokens: list[int] = field(default_factory=list)
     source: str = ""
     match_len: int = 0
     probs: object | None = None
+    agreement: float | None = None
 
     def __len__(self) -> int:
         return len(self.tokens)

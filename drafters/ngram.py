@@ -183,6 +183,7 @@ class NGramDrafter:
         # 2. grow the draft by the most frequent continuation; 3. ties by proximity.
         draft: list[int] = []
         alive = cands
+        agreement = None
         for step in range(limit):
             counts: Counter[int] = Counter()
             first_seen: dict[int, int] = {}
@@ -195,8 +196,10 @@ class NGramDrafter:
                 break
             tok = min(counts, key=lambda t: (-counts[t], first_seen[t]))
             draft.append(tok)
+            if step == 0:
+                agreement = counts[tok] / sum(counts.values())
             alive = [c for c in alive if c[4] + step < len(c[3].tokens) and c[3].tokens[c[4] + step] == tok]
-        return Proposal(draft, source=alive[0][2] if alive else cands[0][2], match_len=n)
+        return Proposal(draft, source=alive[0][2] if alive else cands[0][2], match_len=n, agreement=agreement)
 
     def draft_limit(self, match_len: int) -> int:
         """Longest draft worth proposing after a match of `match_len` tokens."""

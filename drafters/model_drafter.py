@@ -1,0 +1,386 @@
+"""Drafting with a smaller causal model of the same family, and the hybrid drafter.
+
+`ModelDrafter`: a small model that shares the target's tokenizer drafts k tokens
+autoregressively with its own KV cache. On every `propose` the cache is resynced to the
+context by longest common prefix (what the target accepted since the last call is
+usually an extension of what the drafter already holds), and only the rest is prefilled.
+Greedy: the drafts are the draft model's argmaxes and `probs` is None (a deterministic
+draft, so q is one-hot; the engine's greedy rule ignores q anyway). Sampling: each draft
+token is sampled from q, the draft model's distribution after the same temperature /
+top-k / top-p filtering as the target's p, and `probs` carries q so that the engine's
+general rule (accept with min(1, p/q), else resample from norm(max(p - q, 0))) keeps the
+output distribution exact.
+
+`HybridDrafter`: n-gram lookup first; the model only where the n-gram drafter has no
+confident match; draft length from a cost model (see its docstring).
+
+This is the one drafter module that needs torch. It takes a loaded model object with
+`forward(ids, cache, logits_to_keep) -> logits [n, V]`, `new_cache()`, `vocab_size` and
+`tokenizer` (lsp_server.model.LoadedModel), so drafters/ never imports transformers or
+LSP. Left out on purpose: acceptance (the engine decides), loading models (model.py).
+"""
+
+from __future__ import annotations
+
+import time
+from dataclasses import dataclass, field
+from typing import Sequence
+
+import torch
+
+from .base import Proposal
+from .ngram import NGramDrafter
+
+
+class TokenizerMismatch(ValueError):
+    """The draft model's tokenizer is not the target's: its token ids would mean other text."""
+
+
+def check_same_tokenizer(target, draft) -> None:
+    """Raise TokenizerMismatch unless `draft` tokenizes exactly as `target` does.
+
+    Compares the vocabularies (token -> id) and the special token ids; the models'
+    output sizes may differ by padding rows (Qwen pads its embedding matrix).
+    """
+    tt, dt = getattr(target, "tokenizer", None), getattr(draft, "tokenizer", None)
+    tname, dname = getattr(target, "name", "target"), getattr(draft, "name", "draft")
+    if tt is None or dt is None:
+        if target.vocab_size != draft.vocab_size:
+            raise TokenizerMismatch(f"draft model {dname!r} has vocabulary size {draft.vocab_size}, "
+                                    f"target {tname!r} has {target.vocab_size}: use a draft model of the same family")
+        return
+    tv, dv = tt.get_vocab(), dt.get_vocab()
+    if tv != dv:
+        only_t = len(set(tv.items()) - set(dv.items()))
+        raise TokenizerMismatch(
+            f"draft model {dname!r} does not share the tokenizer of {tname!r} ({len(dv)} vs {len(tv)} tokens, "
+            f"{only_t} of the target's tokens differ): use a draft model of the same family")
+    for attr in ("eos_token_id", "bos_token_id", "pad_token_id", "unk_token_id"):
+        a, b = getattr(tt, attr, None), getattr(dt, attr, None)
+        if a != b:
+            raise TokenizerMismatch(f"draft model {dname!r}: {attr} is {b}, target {tname!r} has {a}: "
+                                    f"use a draft model of the same family")
+    if getattr(target, "fim", None) != getattr(draft, "fim", None):
+        raise TokenizerMismatch(f"draft model {dname!r} has FIM tokens {draft.fim}, target {tname!r} has {target.fim}")
+
+
+def filtered_probs(logits: torch.Tensor, temperature: float, top_k: int, top_p: float) -> torch.Tensor:
+    """Softmax of logits / temperature after top-k and top-p filtering ([n, V] -> [n, V]).
+
+    The same filtering as lsp_server.engine.target_probs (a copy: drafters/ does not
+    import the engine; tests/test_model_drafter.py checks the two agree).
+    """
+    x = logits.float() / max(temperature, 1e-6)
+    if top_k and top_k < x.shape[-1]:
+        kth = torch.topk(x, top_k, dim=-1).values[..., -1:]
+        x = x.masked_fill(x < kth, float("-inf"))
+    if top_p < 1.0:
+        sorted_x, order = torch.sort(x, dim=-1, descending=True)
+        cum = torch.softmax(sorted_x, dim=-1).cumsum(dim=-1)
+        drop = cum - torch.softmax(sorted_x, dim=-1) >= top_p
+        sorted_x = sorted_x.masked_fill(drop, float("-inf"))
+        x = torch.full_like(x, float("-inf")).scatter(-1, order, sorted_x)
+    return torch.softmax(x, dim=-1)
+
+
+class ModelDrafter:
+    """Drafts with a small causal model that shares the target's tokenizer.
+
+    Invariant: the draft model's cache holds exactly `self._ids`. `propose(context, k)`
+    keeps the longest common prefix of `_ids` and `context[:-1]`, runs the rest of the
+    context in one pass (last row of logits only), then k - 1 one-token passes; so a
+    call that follows an accepted draft costs one pass over the accepted tokens plus the
+    new drafts.
+    """
+
+    name = "model"
+    wants_hidden = False
+
+    def __init__(self, lm, target=None, *, temperature: float = 0.0, top_k: int = 0, top_p: float = 1.0,
+                 seed: int | None = None, prefill_chunk: int = 512):
+        if target is not None:
+            check_same_tokenizer(target, lm)
+        self.lm = lm
+        self.vocab_size = int(target.vocab_size) if target is not None else int(lm.vocab_size)
+        self.prefill_chunk = prefill_chunk
+        self._ids: list[int] = []
+        self._cache = None
+        self.forward_passes = 0  # draft-model passes so far (for the cost model and stats)
+        self.prefilled = 0  # tokens run through the draft model to resync its cache
+        self.set_options(temperature=temperature, top_k=top_k, top_p=top_p, seed=seed)
+
+    def set_options(self, options=None, *, temperature: float | None = None, top_k: int | None = None,
+                    top_p: float | None = None, seed: int | None = None) -> None:
+        """Match the target's sampling: pass DecodeOptions or the fields one by one."""
+        if options is not None:
+            temperature, top_k, top_p, seed = options.temperature, options.top_k, options.top_p, options.seed
+        self.temperature = float(temperature or 0.0)
+        self.top_k = int(top_k or 0)
+        self.top_p = 1.0 if top_p is None else float(top_p)
+        self.gen = torch.Generator(device="cpu")
+        # Any q gives exact output; the draft's randomness only has to be independent of the engine's.
+        self.gen.manual_seed((seed + 0x5EED) if seed is not None else int(torch.randint(0, 2**62, ()).item()))
+
+    # sources belong to the n-gram drafter; a model drafter has none
+    def update_source(self, name: str, tokens: Sequence[int], priority: int = 1) -> None:
+        pass
+
+    def forget_source(self, name: str) -> None:
+        pass
+
+    def reset(self) -> None:
+        self._ids, self._cache = [], None
+
+    def _sync(self, context: Sequence[int]) -> torch.Tensor:
+        """Make the cache hold `context` and return the logits [V] for the token after it."""
+        if self._cache is None:
+            self._cache = self.lm.new_cache()
+            self._ids = []
+        keep = 0
+        limit = min(len(self._ids), len(context) - 1)  # always run at least the last token
+        while keep < limit and self._ids[keep] == context[keep]:
+            keep += 1
+        if keep == 0 and self._ids:
+            self._cache, self._ids = self.lm.new_cache(), []
+        elif keep < len(self._ids):
+            self._cache.crop(-(len(self._ids) - keep))
+            del self._ids[keep:]
+        rest = list(context[keep:])
+        logits = None
+        for start in range(0, len(rest), self.prefill_chunk):
+            chunk = rest[start : start + self.prefill_chunk]
+            logits = self.lm.forward(chunk, self._cache, logits_to_keep=1)[-1]
+            self._ids.extend(chunk)
+            self.forward_passes += 1
+        self.prefilled += len(rest)
+        return logits
+
+    def _row(self, logits: torch.Tensor) -> torch.Tensor:
+        """Draft logits over the target's vocabulary (padding rows differ between sizes)."""
+        v = self.vocab_size
+        if logits.shape[-1] == v:
+            return logits
+        if logits.shape[-1] > v:
+            return logits[:v]
+        return torch.cat([logits, logits.new_full((v - logits.shape[-1],), float("-inf"))])
+
+    @torch.inference_mode()
+    def propose(self, context: Sequence[int], k: int, hidden: object | None = None) -> Proposal:
+        if k <= 0 or not context:
+            return Proposal([], source=self.name)
+        logits = self._row(self._sync(context))
+        tokens: list[int] = []
+        qs: list[torch.Tensor] | None = None if self.temperature <= 0 else []
+        for i in range(k):
+            if qs is None:
+                tok = int(logits.argmax())
+            else:
+                q = filtered_probs(logits[None], self.temperature, self.top_k, self.top_p)[0]
+                tok = int(torch.multinomial(q, 1, generator=self.gen))
+                qs.append(q)
+            tokens.append(tok)
+            if i + 1 < k:
+                logits = self._row(self.lm.forward([tok], self._cache, logits_to_keep=1)[-1])
+                self._ids.append(tok)
+                self.forward_passes += 1
+        return Proposal(tokens, source=self.name, match_len=0, probs=qs)
+
+
+# ------------------------------------------------------------------------------------
+# Cost model and the hybrid
+# ------------------------------------------------------------------------------------
+
+
+@dataclass
+class CostModel:
+    """Forward-pass costs in milliseconds: target_ms[n - 1] = T(n), one target pass over n
+    new tokens; draft_ms = one draft-model pass over one token. Costs past the measured
+    range are extrapolated linearly from the last two points."""
+
+    target_ms: list[float]
+    draft_ms: float
+
+    def target(self, n: int) -> float:
+        t = self.target_ms
+        if n <= len(t):
+            return t[n - 1]
+        slope = (t[-1] - t[-2]) if len(t) >= 2 else t[-1]
+        return t[-1] + slope * (n - len(t))
+
+    def rate(self, a: float, k: int, draft_passes: int) -> float:
+        """Expected tokens per millisecond for draft length k at acceptance rate a:
+        E(k) = (1 - a^(k+1)) / (1 - a) tokens per target pass, over T(k + 1) plus the
+        drafter's passes."""
+        a = min(max(a, 0.0), 0.999)
+        expected = (1 - a ** (k + 1)) / (1 - a)
+        return expected / (self.target(k + 1) + draft_passes * self.draft_ms)
+
+    def best_k(self, a: float, k_max: int, per_token_draft: bool) -> tuple[int, float]:
+        """The draft length in 0..k_max with the highest rate (0: drafting does not pay)."""
+        best = (0, self.rate(a, 0, 0))
+        for k in range(1, k_max + 1):
+            r = self.rate(a, k, k if per_token_draft else 0)
+            if r > best[1]:
+                best = (k, r)
+        return best
+
+    @classmethod
+    def measure(cls, target, draft=None, ns: Sequence[int] = (1, 2, 4, 8), context: int = 64,
+                reps: int = 2) -> "CostModel":
+        """Time T(n) of `target` (and one pass of `draft`) on a cache of `context` tokens.
+
+        Takes the minimum over `reps` runs; points between the measured n are
+        interpolated linearly. A few seconds for a 1.5B model on a CPU.
+        """
+        def timed(lm, n: int) -> float:
+            cache = lm.new_cache()
+            ids = [(i * 7919) % max(2, min(lm.vocab_size, 50000)) for i in range(context + n)]
+            lm.forward(ids[:context], cache, logits_to_keep=1)
+            best = float("inf")
+            for _ in range(reps):
+                t0 = time.perf_counter()
+                lm.forward(ids[context:], cache)
+                best = min(best, (time.perf_counter() - t0) * 1000)
+                cache.crop(-n)
+            return best
+
+        points = {n: timed(target, n) for n in ns}
+        top = max(ns)
+        target_ms = []
+        for n in range(1, top + 1):
+            lo = max(m for m in ns if m <= n) if any(m <= n for m in ns) else min(ns)
+            hi = min(m for m in ns if m >= n)
+            w = 0.0 if hi == lo else (n - lo) / (hi - lo)
+            target_ms.append(points[lo] * (1 - w) + points[hi] * w)
+        draft_ms = timed(draft, 1) if draft is not None else 0.0
+        return cls(target_ms, draft_ms)
+
+
+@dataclass
+class _Acceptance:
+    """Running acceptance rate of one draft source (exponential moving average)."""
+
+    rate: float
+    weight: float = 0.3
+
+    def update(self, proposed: int, accepted: int) -> None:
+        if proposed:
+            self.rate += self.weight * (accepted / proposed - self.rate)
+
+
+@dataclass
+class HybridStats:
+    ngram: int = 0  # steps drafted by n-gram lookup
+    model: int = 0  # steps drafted by the model
+    none: int = 0  # steps with no draft (drafting did not pay)
+    by_k: dict = field(default_factory=dict)
+
+
+class HybridDrafter:
+    """N-gram lookup first, the draft model where lookup has nothing confident to say.
+
+    Rule, per step (k_max = the engine's k):
+
+    1. Ask the n-gram drafter. Its proposal is *confident* when the matched n-gram has at
+       least `min_match` tokens and at least `min_agreement` of the matched positions
+       continue with the proposed first token (`Proposal.agreement`). A confident
+       proposal is taken as is (n-gram drafts cost nothing, and a long, agreed match is
+       the case where they are accepted most).
+    2. Otherwise compare expected tokens per millisecond, with the cost model
+       (`CostModel.rate`): rate(a, k) = E(k) / (T(k + 1) + draft passes x t_draft),
+       E(k) = (1 - a^(k+1)) / (1 - a), T(n) the target's cost for a pass over n tokens,
+       t_draft one draft-model pass (n-gram drafts: 0 passes; model drafts: k passes):
+       - n-gram: a = running acceptance of n-gram drafts, k <= the proposal's length;
+       - model: a = running acceptance of model drafts, k in 1..k_max;
+       - no draft: rate(a, 0) = 1 / T(1).
+       The best of the three wins, with its k. The model is run only if it wins.
+    The running acceptance rates are learned from the contexts themselves: the next call's
+    context shows how much of the previous proposal the target kept (the longest common
+    prefix of the proposal and the tokens appended since), so the engine needs no
+    feedback channel. Drafts from the model carry its q (`probs`) in sampling mode; n-gram
+    drafts are one-hot; either way the engine's rule keeps the output exact.
+    """
+
+    name = "hybrid"
+    wants_hidden = False
+
+    def __init__(self, ngram: NGramDrafter, model: ModelDrafter, costs: CostModel, *, min_match: int = 3,
+                 min_agreement: float = 0.5, prior_ngram: float = 0.6, prior_model: float = 0.6):
+        self.ngram = ngram
+        self.model = model
+        self.costs = costs
+        self.min_match = min_match
+        self.min_agreement = min_agreement
+        self.acc = {"ngram": _Acceptance(prior_ngram), "model": _Acceptance(prior_model)}
+        self.stats = HybridStats()
+        self._last: tuple[str, list[int], list[int]] | None = None  # (kind, context, proposal)
+
+    def update_source(self, name: str, tokens: Sequence[int], priority: int = 1) -> None:
+        self.ngram.update_source(name, tokens, priority)
+
+    def forget_source(self, name: str) -> None:
+        self.ngram.forget_source(name)
+
+    def set_options(self, options=None, **kw) -> None:
+        self.model.set_options(options, **kw)
+
+    def reset(self) -> None:
+        """Forget the draft model's cache and the pending acceptance verdict (not the learned rates)."""
+        self.model.reset()
+        self._last = None
+
+    def _learn(self, context: Sequence[int]) -> None:
+        """Update the acceptance rate of the source that drafted the previous step."""
+        if self._last is None:
+            return
+        kind, before, draft = self._last
+        self._last = None
+        n = len(before)
+        if len(context) <= n or list(context[:n]) != before:
+            return  # a new request: the previous step's outcome is unknown
+        new = context[n:]
+        accepted = 0
+        while accepted < len(draft) and accepted < len(new) and new[accepted] == draft[accepted]:
+            accepted += 1
+        if accepted == len(new) and accepted < len(draft):
+            return  # the sequence stopped mid-draft; no verdict
+        self.acc[kind].update(len(draft), accepted)
+
+    def choose(self, proposal: Proposal, k: int) -> tuple[str, int]:
+        """("ngram" | "model" | "none", draft length) for this step; see the class docstring."""
+        if (proposal.tokens and proposal.match_len >= self.min_match
+                and (proposal.agreement is None or proposal.agreement >= self.min_agreement)):
+            return "ngram", len(proposal.tokens)
+        c = self.costs
+        options = [("none", 0, c.rate(0.0, 0, 0))]
+        if proposal.tokens:
+            kn, rn = c.best_k(self.acc["ngram"].rate, min(k, len(proposal.tokens)), per_token_draft=False)
+            if kn:
+                options.append(("ngram", kn, rn))
+        km, rm = c.best_k(self.acc["model"].rate, k, per_token_draft=True)
+        if km:
+            options.append(("model", km, rm))
+        kind, n, _ = max(options, key=lambda o: o[2])
+        return kind, n
+
+    def propose(self, context: Sequence[int], k: int, hidden: object | None = None) -> Proposal:
+        self._learn(context)
+        if k <= 0:
+            return Proposal([], source="")
+        ng = self.ngram.propose(context, k)
+        kind, n = self.choose(ng, k)
+        if kind == "ngram":
+            out = Proposal(ng.tokens[:n], source=ng.source, match_len=ng.match_len, agreement=ng.agreement)
+        elif kind == "model":
+            out = self.model.propose(context, n)
+        else:
+            out = Proposal([], source="")
+        setattr(self.stats, kind, getattr(self.stats, kind) + 1)
+        self.stats.by_k[n] = self.stats.by_k.get(n, 0) + 1
+        if out.tokens:
+            self._last = (kind, list(context), list(out.tokens))
+        return out
+
+
+__all__ = ["ModelDrafter", "HybridDrafter", "CostModel", "TokenizerMismatch", "check_same_tokenizer",
+           "filtered_probs"]
