@@ -16,7 +16,8 @@ from drafters import NGramDrafter
 from .context import ContextBudget, Prompt, build_prompt, finish, ghost_cut, split_at
 from .engine import Completion, DecodeOptions, Engine
 
-DRAFTERS = ("none", "ngram")
+DRAFTERS = ("none", "ngram", "model", "hybrid")
+HISTORY = "history"  # the n-gram source of accepted completions (priority 2)
 
 
 @dataclass
@@ -52,7 +53,9 @@ class Suggestion:
 
 @dataclass
 class CompleterSettings:
-    drafter: str = "ngram"  # none | ngram
+    drafter: str = "ngram"  # none | ngram | model | hybrid
+    draft_model: str = "qwen2.5-coder-0.5b"  # model spec of the model / hybrid drafters
+    history_tokens: int = 4096  # accepted completions kept in the n-gram index (oldest dropped)
     multiline: bool = True  # ghost text may span lines (until the block ends)
     budget: ContextBudget = field(default_factory=ContextBudget)
 
@@ -66,6 +69,10 @@ class Completer:
         self.settings = settings or CompleterSettings()
         self.ngram = NGramDrafter()
         self._buffers: dict[str, str] = {}
+        self._history: list[list[int]] = []  # accepted completions, oldest first
+        self._draft_models: dict[str, object] = {}  # spec -> LoadedModel (loaded once)
+        self._model_drafters: dict[str, object] = {}  # spec -> ModelDrafter
+        self._hybrids: dict[str, object] = {}  # spec -> HybridDrafter (costs measured once)
 
     # -- other open buffers -------------------------------------------------------------
     def set_buffer(self, name: str, text: str) -> None:
@@ -81,13 +88,61 @@ class Completer:
     def buffers(self) -> dict[str, str]:
         return dict(self._buffers)
 
+    # -- history: completions the user accepted ---------------------------------------------
+    def accepted(self, text: str, after: str = "") -> None:
+        """Remember an accepted completion (and the text typed right after it) for drafting.
+
+        It joins the n-gram index as the "history" source (priority 2, after the open
+        buffers), bounded to `settings.history_tokens` tokens, oldest entries dropped, so
+        a pattern the user accepted once is proposed again in any file.
+        """
+        ids = self.lm.encode(text + after)
+        if not ids:
+            return
+        self._history.append(ids)
+        limit = self.settings.history_tokens
+        while len(self._history) > 1 and sum(map(len, self._history)) > limit:
+            self._history.pop(0)
+        joined = [t for entry in self._history for t in entry][-limit:]
+        self.ngram.update_source(HISTORY, joined, priority=2)
+
+    def history(self) -> list[str]:
+        return [self.lm.decode(ids) for ids in self._history]
+
     # -- completion -----------------------------------------------------------------------
+    def draft_model(self, spec: str | None = None):
+        """The draft model of `spec` (default: settings.draft_model), loaded once per spec."""
+        from .model import load
+
+        spec = spec or self.settings.draft_model
+        if spec not in self._draft_models:
+            self._draft_models[spec] = load(spec, device=str(self.lm.device),
+                                            dtype=str(self.lm.dtype).removeprefix("torch."))
+        return self._draft_models[spec]
+
     def drafter_for(self, name: str | None):
+        """The drafter called `name`; model and hybrid load the draft model on first use.
+
+        A draft model whose tokenizer is not the target's raises
+        drafters.model_drafter.TokenizerMismatch (a ValueError).
+        """
         name = name or self.settings.drafter
         if name == "none":
             return None
         if name == "ngram":
             return self.ngram
+        if name in ("model", "hybrid"):
+            from drafters.model_drafter import CostModel, HybridDrafter, ModelDrafter
+
+            spec = self.settings.draft_model
+            if spec not in self._model_drafters:
+                self._model_drafters[spec] = ModelDrafter(self.draft_model(spec), target=self.lm)
+            if name == "model":
+                return self._model_drafters[spec]
+            if spec not in self._hybrids:
+                costs = CostModel.measure(self.lm, self._model_drafters[spec].lm)
+                self._hybrids[spec] = HybridDrafter(self.ngram, self._model_drafters[spec], costs)
+            return self._hybrids[spec]
         raise ValueError(f"unknown drafter {name!r}: use one of {', '.join(DRAFTERS)}")
 
     def complete(self, text: str, line: int, col: int, *, name: str | None = None, options: DecodeOptions | None = None,
@@ -104,6 +159,8 @@ class Completer:
         opts = options or DecodeOptions()
         drafter_name = drafter or self.settings.drafter
         d = self.drafter_for(drafter_name)
+        if hasattr(d, "set_options"):  # a model drafter samples its drafts as the target samples
+            d.set_options(opts)
         if others is None:
             others = [(n, t) for n, t in self._buffers.items() if n != name]
         _, typed, after, _ = split_at(text, line, col)
