@@ -35,7 +35,11 @@ def add_model_args(p: argparse.ArgumentParser) -> None:
 
 def add_decode_args(p: argparse.ArgumentParser) -> None:
     g = p.add_argument_group("decoding")
-    g.add_argument("--drafter", default="ngram", choices=["none", "ngram"], help="draft source (none = plain decoding)")
+    g.add_argument("--drafter", default="ngram", choices=["none", "ngram", "model", "hybrid"],
+                   help="draft source: none = plain decoding, ngram = lookup in the open buffers, model = a small "
+                        "draft model, hybrid = ngram where it has a confident match, else the model (default ngram)")
+    g.add_argument("--draft-model", default="qwen2.5-coder-0.5b", metavar="SPEC",
+                   help="draft model of --drafter model|hybrid; same tokenizer as --model (default qwen2.5-coder-0.5b)")
     g.add_argument("--max-tokens", type=int, default=64, help="token budget of the completion (default 64)")
     g.add_argument("--draft-max", type=int, default=8, help="longest draft verified in one pass (default 8)")
     g.add_argument("--temperature", type=float, default=0.0, help="0 = greedy (default)")
@@ -112,7 +116,8 @@ def prepare_completion(args):
     except ValueError as err:
         raise SystemExit(f"ditto-lsp: error: {path}:{line + 1}:{col + 1}: {err}") from None
     lm = load_model(args, quiet=getattr(args, "json", False))
-    completer = Completer(lm, settings=CompleterSettings(drafter=args.drafter, multiline=not args.single_line))
+    completer = Completer(lm, settings=CompleterSettings(drafter=args.drafter, multiline=not args.single_line,
+                                                         draft_model=args.draft_model))
     for other in args.open or []:
         completer.set_buffer(str(other), read_text(Path(other)))
     return lm, completer, text, line, col, path
