@@ -119,7 +119,8 @@ def run(args) -> int:
     from . import metrics, report
     from .runner import Bench
 
-    completer = Completer(lm, settings=CompleterSettings(drafter="ngram", multiline=not args.single_line, budget=budget))
+    completer = Completer(lm, settings=CompleterSettings(drafter="ngram", multiline=not args.single_line, budget=budget,
+                                                         draft_model=args.draft_model))
     bench = Bench(lm, completer, opts, lookup_tokens=args.lookup_tokens)
     meta = {
         "mode": args.mode, "repo": str(Path(args.repo).resolve()), "since": args.since, "seed": args.seed or 0,

@@ -4,6 +4,9 @@ Completion mode (one request per task):
 
 - ``off``: Ditto's engine with drafting off (the reference for identical output and speedup);
 - ``ngram``: Ditto with the n-gram drafter over the prompt and the open buffers;
+- ``model`` / ``hybrid``: Ditto with the draft-model drafter (``--draft-model``) / the
+  hybrid of n-gram lookup and the draft model (drafters/model_drafter.py); the draft
+  model's own prefill of the prompt counts in their decode time;
 - ``oracle``: Ditto with a drafter that proposes the model's own greedy continuation (what
   ``off`` produced), so every draft is accepted: the ceiling of speculation on this hardware;
 - ``hf-greedy``: transformers ``generate`` greedy, a fresh cache per call, as a library user
@@ -31,7 +34,7 @@ from typing import Sequence
 
 from drafters.base import Proposal
 
-DITTO = ("off", "ngram", "oracle")
+DITTO = ("off", "ngram", "model", "hybrid", "oracle")
 HF = ("hf-greedy", "hf-prompt-lookup")
 COMPLETION_SYSTEMS = DITTO + HF
 KEYSTROKE_BASE = ("off", "ngram")
@@ -128,8 +131,11 @@ def run_ditto(completer, task, system: str, options, cache_key: str | None, refe
         drafter = OracleDrafter(prompt_len, generated_ids(reference.completion))
         sug = _complete_with(completer, drafter, task, text, line, col, options, cache_key)
     else:
+        if base in ("model", "hybrid"):
+            # Each run pays its draft model's own prefill of the prompt (no head start from a previous system).
+            completer.drafter_for(base).reset()
         sug = completer.complete(text, line, col, name=task.path, options=options,
-                                 drafter="none" if base == "off" else "ngram", cache_key=cache_key,
+                                 drafter="none" if base == "off" else base, cache_key=cache_key,
                                  others=list(task.buffers))
     s = sug.completion.stats
     run = Run(sug.text, list(sug.completion.tokens), s.generated, sug.latency_ms, s.prefill_ms, s.decode_ms,
