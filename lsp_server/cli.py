@@ -120,7 +120,18 @@ def prepare_completion(args):
                                                          draft_model=args.draft_model))
     for other in args.open or []:
         completer.set_buffer(str(other), read_text(Path(other)))
+    build_drafter(completer, args.drafter)
     return lm, completer, text, line, col, path
+
+
+def build_drafter(completer, name: str):
+    """Build the drafter now (a draft model loads once), so a completion's latency is its own."""
+    from .model import ModelError
+
+    try:
+        return completer.drafter_for(name)
+    except (ModelError, ValueError) as err:  # TokenizerMismatch is a ValueError
+        raise SystemExit(f"ditto-lsp: draft model: {err}") from None
 
 
 def cmd_complete(args) -> int:
