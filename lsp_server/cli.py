@@ -48,6 +48,8 @@ def add_decode_args(p: argparse.ArgumentParser) -> None:
     g.add_argument("--seed", type=int, default=None, help="sampling seed")
     g.add_argument("--time-budget", type=float, default=None, metavar="SECONDS", help="stop decoding after this long")
     g.add_argument("--single-line", action="store_true", help="stop at the end of the first line")
+    g.add_argument("--no-adaptive", action="store_true",
+                   help="verify every drafted token (k = --draft-max) instead of choosing k from measured pass costs")
 
 
 def decode_options(args):
@@ -59,7 +61,8 @@ def decode_options(args):
         if not ok:
             raise SystemExit(f"ditto-lsp: error: {name} is out of range")
     return DecodeOptions(max_new_tokens=args.max_tokens, temperature=args.temperature, top_p=args.top_p,
-                         top_k=args.top_k, draft_max=args.draft_max, seed=args.seed, time_budget_s=args.time_budget)
+                         top_k=args.top_k, draft_max=args.draft_max, seed=args.seed, time_budget_s=args.time_budget,
+                         adaptive=not getattr(args, "no_adaptive", False))
 
 
 def stderr_progress(quiet: bool = False):
@@ -106,7 +109,7 @@ def read_text(path: Path) -> str:
 
 def prepare_completion(args):
     """Shared by complete and trace: load, read, index the open buffers; returns (lm, completer, text, line, col, path)."""
-    from .completer import Completer, CompleterSettings
+    from .completer import Completer, CompleterSettings, calibrate
     from .context import split_at
 
     path, line, col = parse_position(args.position)
@@ -121,6 +124,8 @@ def prepare_completion(args):
     for other in args.open or []:
         completer.set_buffer(str(other), read_text(Path(other)))
     build_drafter(completer, args.drafter)
+    if args.drafter != "none" and not getattr(args, "no_adaptive", False):
+        calibrate(completer.engine, lm)  # pass costs for the adaptive draft length (stored after the first run)
     return lm, completer, text, line, col, path
 
 

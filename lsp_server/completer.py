@@ -17,6 +17,7 @@ from .context import ContextBudget, Prompt, build_prompt, finish, ghost_cut, spl
 from .engine import Completion, DecodeOptions, Engine
 
 DRAFTERS = ("none", "ngram", "model", "hybrid")
+MAX_INDEXED_CHARS = 262144  # of one buffer, for the drafter: its head and tail past this
 HISTORY = "history"  # the n-gram source of accepted completions (priority 2)
 
 
@@ -78,6 +79,9 @@ class Completer:
     def set_buffer(self, name: str, text: str) -> None:
         """Index a buffer for drafting (tokenized now; the index updates incrementally)."""
         self._buffers[name] = text
+        if len(text) > MAX_INDEXED_CHARS:  # tokenizing megabytes per keystroke would stall the worker
+            half = MAX_INDEXED_CHARS // 2
+            text = text[:half] + "\n" + text[-half:]
         self.ngram.update_source(name, self.lm.encode(text))
 
     def forget_buffer(self, name: str) -> None:
@@ -190,3 +194,40 @@ class Completer:
         shown = finish(relative(raw) or "", shown_prompt, multiline)
         return Suggestion(shown, raw, shown_prompt, completion, drafter_name if d is not None else "none",
                           (time.perf_counter() - t0) * 1000)
+
+
+def calibrate(engine: Engine, lm, fresh: bool = False, n_max: int = 9) -> dict[int, float]:
+    """Measure the pass costs T(1..n_max) for adaptive draft lengths, or reuse stored ones.
+
+    Results are kept in the cache directory per model, device and dtype, so a one-shot
+    `ditto-lsp complete` does not pay a few seconds of measuring every time; the server
+    measures afresh (`fresh=True`) when it loads a model and stores the result.
+    """
+    import json
+    import os
+
+    from .engine import Speculation
+    from .model import cache_dir
+
+    path = cache_dir() / "calibration.json"
+    key = f"{lm.spec}|{lm.device}|{lm.dtype}|cpus={os.cpu_count()}"
+    stored: dict = {}
+    try:
+        stored = json.loads(path.read_text())
+    except (OSError, ValueError):
+        stored = {}
+    if not fresh and key in stored:
+        costs = {int(n): float(ms) for n, ms in stored[key].items()}
+        if costs:
+            engine.speculation = Speculation(costs)
+            return costs
+    costs = engine.calibrate(n_max=n_max)
+    stored[key] = {str(n): round(ms, 3) for n, ms in costs.items()}
+    try:
+        path.parent.mkdir(parents=True, exist_ok=True)
+        tmp = path.with_suffix(".tmp")
+        tmp.write_text(json.dumps(stored, indent=1))
+        tmp.replace(path)
+    except OSError:
+        pass  # a read-only cache only costs the next run a measurement
+    return costs

@@ -67,7 +67,11 @@ def build_prompt(lm, text: str, line: int, col: int, others: list[tuple[str, str
     """
     b = budget or ContextBudget()
     above, typed, after, below = split_at(text, line, col)
-    typed_ids = lm.encode(typed)
+    # Never tokenize more than the budgets can hold (a token is rarely under 1 character).
+    cap = 4 * max(b.above, b.below, b.total)
+    above, typed = above[-cap:], typed[-cap:]
+    after, below = after[:cap], below[: max(0, cap - len(after))]
+    typed_ids = lm.encode(typed)[-b.above :]
     # Lines above: keep whole lines from the bottom up within the budget.
     above_lines = above.splitlines(keepends=True)
     kept: list[list[int]] = []
@@ -100,7 +104,7 @@ def build_prompt(lm, text: str, line: int, col: int, others: list[tuple[str, str
     room = min(b.snippets, b.total - len(above_ids) - len(below_ids) - len(typed_ids) - 8)
     if others and fim.file_sep is not None:
         for name, other in others:
-            ids = [fim.file_sep, *lm.encode(f"{name}\n{other}")]
+            ids = [fim.file_sep, *lm.encode(f"{name}\n{other[: 4 * max(room, 0)]}")]
             if len(ids) > room:
                 ids = ids[:room]
             if len(ids) <= 2:

@@ -49,6 +49,7 @@ class DecodeOptions:
     seed: int | None = None  # sampling seed; None draws one
     time_budget_s: float | None = None  # stop decoding after this long (prefill included)
     prefill_chunk: int = 512  # tokens per prefill pass; cancellation is checked between chunks
+    adaptive: bool = True  # choose each draft's length from measured pass costs (needs Engine.calibrate)
 
     @property
     def greedy(self) -> bool:
@@ -66,6 +67,7 @@ class Round:
     token: int  # the target's own token appended after the accepted drafts
     kind: str  # "bonus" (all drafts accepted), "correction" (a draft rejected), "plain" (no draft)
     ms: float
+    offered: int = 0  # draft tokens the drafter offered before the engine chose how many to verify
 
     @property
     def gained(self) -> int:
@@ -120,9 +122,84 @@ class _KV:
     cache: object
 
 
+class Speculation:
+    """Chooses each draft's length so that expected tokens per second is highest.
+
+    With per-token acceptance a, verifying k draft tokens yields on average
+    E(k) = (1 - a^(k+1)) / (1 - a) tokens for one pass costing T(k + 1), where T(n) is the
+    measured time of a pass over n new tokens. The engine verifies the k (0 <= k <= the
+    offered draft) that maximises E(k) / T(k + 1); k = 0 is plain decoding. On a GPU
+    T(k + 1) ~ T(1) and long drafts pay; on a CPU a pass over 9 tokens can cost 2-3x
+    one token and only confident drafts do.
+
+    a is estimated per match-length bucket of the drafter (longer n-gram matches are
+    right more often) as a moving average of observed acceptance, starting from a prior
+    and drifting back to it while a bucket is not drafted from, so that a bad spell
+    cannot switch drafting off for good.
+    """
+
+    PRIOR = {0: 0.5, 1: 0.25, 2: 0.35, 3: 0.5, 4: 0.6, 6: 0.7}  # bucket (match length) -> a
+    RATE = 0.15  # weight of one observation
+    DRIFT = 0.02  # pull toward the prior per undrafted step
+
+    def __init__(self, costs_ms: dict[int, float]):
+        self.costs_ms = dict(sorted(costs_ms.items()))
+        self.acceptance: dict[tuple[str, int], float] = {}  # (drafter, bucket) -> a
+
+    def _a(self, drafter: str, match_len: int) -> tuple[tuple[str, int], float]:
+        key = (drafter, self.bucket(match_len))
+        return key, self.acceptance.get(key, self.PRIOR[key[1]])
+
+    @staticmethod
+    def bucket(match_len: int) -> int:
+        for b in (6, 4, 3, 2, 1):
+            if match_len >= b:
+                return b
+        return 0
+
+    def cost(self, n: int) -> float:
+        """T(n) in ms, linearly interpolated between measured points (extrapolated past the last)."""
+        pts = list(self.costs_ms.items())
+        if n in self.costs_ms:
+            return self.costs_ms[n]
+        for (n0, t0), (n1, t1) in zip(pts, pts[1:]):
+            if n0 < n < n1:
+                return t0 + (t1 - t0) * (n - n0) / (n1 - n0)
+        (n0, t0), (n1, t1) = pts[-2], pts[-1]
+        return t1 + (t1 - t0) / max(1, n1 - n0) * (n - n1)
+
+    def choose(self, proposal: Proposal, drafter: str = "") -> int:
+        if not proposal.tokens:
+            return 0
+        a = min(self._a(drafter, proposal.match_len)[1], 0.98)
+        best_k, best = 0, 1.0 / self.cost(1)
+        expected = 1.0
+        for k in range(1, len(proposal.tokens) + 1):
+            expected += a**k
+            value = expected / self.cost(k + 1)
+            if value > best:
+                best_k, best = k, value
+        return best_k
+
+    def observe(self, match_len: int, verified: int, accepted: int, drafter: str = "") -> None:
+        key, a = self._a(drafter, match_len)
+        for i in range(min(verified, accepted + 1)):  # positions after the first rejection are unseen
+            a += self.RATE * ((1.0 if i < accepted else 0.0) - a)
+        self.acceptance[key] = a
+
+    def idle(self, match_len: int, drafter: str = "") -> None:
+        key, a = self._a(drafter, match_len)
+        self.acceptance[key] = a + self.DRIFT * (self.PRIOR[key[1]] - a)
+
+    def snapshot(self) -> dict:
+        return {"costs_ms": {str(k): round(v, 2) for k, v in self.costs_ms.items()},
+                "acceptance": {f"{d or 'drafter'}/match>={b}": round(v, 3) for (d, b), v in self.acceptance.items()}}
+
+
 class Engine:
     def __init__(self, lm, max_cached_docs: int = 8, max_cached_tokens: int = 32768):
         self.lm = lm
+        self.speculation: Speculation | None = None  # set by calibrate()
         self.max_cached_docs = max_cached_docs
         self.max_cached_tokens = max_cached_tokens
         self._kv: OrderedDict[str, _KV] = OrderedDict()
@@ -141,6 +218,34 @@ class Engine:
 
     def clear_cache(self) -> None:
         self._kv.clear()
+
+    def calibrate(self, n_max: int = 9, reps: int = 2, context: Sequence[int] | None = None) -> dict[int, float]:
+        """Measure T(n), the time of one pass over n new tokens, for the adaptive draft length.
+
+        Takes the best of `reps` timings per n over a 64-token context; returns {n: ms}.
+        """
+        ctx = list(context) if context else [(7 + 13 * i) % max(2, self.lm.vocab_size) for i in range(64)]
+        probe = [(11 + 17 * i) % max(2, self.lm.vocab_size) for i in range(n_max)]
+        with self._lock:
+            cache = self.lm.new_cache()
+            self.lm.forward(ctx, cache, logits_to_keep=1)
+            self.lm.forward(probe[:1], cache)  # warm-up
+            cache.crop(-1)
+            costs: dict[int, float] = {}
+            points = sorted({1, 2, 3, 4, 6, n_max} & set(range(1, n_max + 1)))
+            for n in points:
+                best = float("inf")
+                for _ in range(reps):
+                    t = time.perf_counter()
+                    self.lm.forward(probe[:n], cache)
+                    best = min(best, time.perf_counter() - t)
+                    cache.crop(-n)
+                costs[n] = best * 1000
+        # A pass never gets cheaper with more tokens: smooth out timing noise.
+        for n in points[1:]:
+            costs[n] = max(costs[n], costs[points[points.index(n) - 1]])
+        self.speculation = Speculation(costs)
+        return costs
 
     def _take_state(self, key: str | None) -> _KV:
         if key is not None and key in self._kv:
@@ -300,11 +405,24 @@ class Engine:
             # One pass yields up to k + 1 tokens; never overshoot the token budget.
             k = min(opts.draft_max, opts.max_new_tokens - len(out) - 1)
             proposal = self.propose(drafter, seq, k)
+            offered = len(proposal.tokens)
+            spec = self.speculation if opts.adaptive else None
+            if spec is not None and offered:
+                chosen = spec.choose(proposal, drafter.name)
+                if chosen < offered:
+                    proposal.tokens = proposal.tokens[:chosen]
+                    if proposal.probs is not None:
+                        proposal.probs = proposal.probs[:chosen]
             draft = proposal.tokens
             t = time.perf_counter()
             logits = self.verify(state, seq, draft)
             n_acc, token = self.accept(logits, proposal, opts, gen)
             # Keep exactly the accepted prefix in the cache: seq[:-1] + [seq[-1]] + draft[:n_acc].
+            if spec is not None and offered:
+                if draft:
+                    spec.observe(proposal.match_len, len(draft), n_acc, drafter.name)
+                else:
+                    spec.idle(proposal.match_len, drafter.name)
             rejected = len(draft) - n_acc
             if rejected:
                 state.cache.crop(-rejected)
@@ -320,7 +438,7 @@ class Engine:
                 stats.drafted_at[i] += 1
                 stats.accepted_at[i] += int(i < n_acc)
             kind = "plain" if not draft else ("bonus" if n_acc == len(draft) else "correction")
-            rnd = Round(list(draft), proposal.source, proposal.match_len, n_acc, token, kind, round(ms, 3))
+            rnd = Round(list(draft), proposal.source, proposal.match_len, n_acc, token, kind, round(ms, 3), offered)
             rounds.append(rnd)
             new = [*draft[:n_acc], token]
             seq.extend(new)

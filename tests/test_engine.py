@@ -12,7 +12,7 @@ import pytest
 import torch
 
 from drafters import NGramDrafter, Proposal
-from lsp_server.engine import DecodeOptions, Engine
+from lsp_server.engine import DecodeOptions, Engine, Speculation
 from lsp_server.model import tiny_random
 
 
@@ -34,7 +34,7 @@ class ListDrafter:
     def propose(self, context, k, hidden=None):
         toks = list(self.fn(list(context), k))[:k]
         self.proposed += len(toks)
-        return Proposal(toks, source=self.name, match_len=len(toks))
+        return Proposal(toks, source=self.name, match_len=6)  # "confident", for the adaptive length
 
     def update_source(self, name, tokens):
         pass
@@ -79,6 +79,9 @@ def random_prompt(rng, lm):
 def test_greedy_speculative_equals_drafting_off(lm, seed):
     rng = random.Random(seed)
     engine = Engine(lm)
+    if seed % 2:
+        # Adaptive draft lengths (cut drafts short, sometimes to nothing) must not change a token.
+        engine.speculation = Speculation({1: 1.0, 2: 1.3, 4: 1.9, 9: 3.5})
     for _ in range(4):
         prompt = random_prompt(rng, lm)
         ref = engine.generate(prompt, options=DecodeOptions(max_new_tokens=48, draft_max=0))
@@ -271,3 +274,42 @@ def test_verify_pass_is_batch_invariant(lm):
     one_by_one = torch.cat([lm.forward([t], c2) for t in ids[-6:]])
     assert torch.equal(together.argmax(-1), one_by_one.argmax(-1))
     assert torch.allclose(together, one_by_one, atol=1e-4)
+
+
+def test_speculation_chooses_the_length_with_most_tokens_per_ms():
+    flat = Speculation({1: 10.0, 9: 10.0})  # a GPU: verifying 9 tokens costs what 1 does
+    steep = Speculation({1: 10.0, 2: 25.0, 9: 90.0})  # a pass costs more than the tokens it may buy
+    long_match = Proposal(list(range(8)), "ctx", match_len=6)
+    assert flat.choose(long_match) == 8
+    assert steep.choose(long_match) == 0
+    assert flat.choose(Proposal([], "ctx", 0)) == 0
+    mid = Speculation({1: 10.0, 2: 12.0, 3: 14.0, 5: 30.0, 9: 80.0})
+    k = mid.choose(long_match)
+    assert 1 <= k < 8
+    assert mid.cost(4) == 22.0 and mid.cost(9) == 80.0 and mid.cost(11) > 80.0
+
+
+def test_speculation_learns_acceptance_and_recovers():
+    spec = Speculation({1: 10.0, 2: 11.0, 3: 12.0, 9: 20.0})
+    prior = Speculation.PRIOR[2]
+    assert spec.choose(Proposal([1, 2, 3], "ctx", match_len=2), "ngram") > 0
+    for _ in range(30):
+        spec.observe(2, verified=3, accepted=0, drafter="ngram")  # drafts after 2-gram matches keep failing
+    assert spec.acceptance[("ngram", 2)] < 0.05
+    assert spec.choose(Proposal([1, 2, 3], "ctx", match_len=2), "ngram") == 0
+    assert spec.choose(Proposal([1, 2, 3], "ctx", match_len=2), "model") > 0  # another drafter keeps its own
+    for _ in range(200):
+        spec.idle(2, "ngram")
+    assert abs(spec.acceptance[("ngram", 2)] - prior) < 0.02  # drifts back: drafting is tried again
+    spec.observe(6, verified=4, accepted=4, drafter="ngram")
+    assert spec.acceptance[("ngram", 6)] > Speculation.PRIOR[6]
+
+
+def test_calibrate_measures_monotone_costs(lm):
+    engine = Engine(lm)
+    costs = engine.calibrate(n_max=5, reps=1)
+    assert sorted(costs) == [1, 2, 3, 4, 5]
+    assert all(costs[a] <= costs[b] for a, b in zip(sorted(costs), sorted(costs)[1:]))
+    assert engine.speculation is not None and engine.speculation.costs_ms == costs
+    # The calibration pass leaves no cached sequence behind.
+    assert engine.cached_keys() == []
