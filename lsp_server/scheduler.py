@@ -84,6 +84,10 @@ class Scheduler:
                 if old is not None and not old.future.done():
                     old.superseded = True
                     old.cancel.set()
+                    if old is not self._running and old.future.set_running_or_notify_cancel():
+                        # Still queued: answer it now rather than when the worker gets to it
+                        # (behind whatever runs), so a typing burst never waits in line.
+                        old.future.set_exception(Superseded())
                 self._latest[key] = job
             self._pending += 1
             self.max_pending = max(self.max_pending, self._pending)
@@ -130,7 +134,7 @@ class Scheduler:
                 self._running = job
             result = exc = None
             try:
-                if job.superseded or job.future.cancelled():
+                if job.superseded or job.future.done():
                     exc = Superseded()  # never started
                 elif self._closed:
                     exc = Closed("the model worker has stopped")
@@ -144,7 +148,7 @@ class Scheduler:
                 self._pending -= 1
                 if job.key is not None and self._latest.get(job.key) is job:
                     del self._latest[job.key]
-            if job.future.set_running_or_notify_cancel():
+            if not job.future.done() and job.future.set_running_or_notify_cancel():
                 if exc is not None:
                     job.future.set_exception(exc)
                 else:

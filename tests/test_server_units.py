@@ -103,3 +103,29 @@ def test_step_hook_calls_before_every_forward_and_delegates_the_rest():
     hooked = StepHook(FakeLM(), calls.append)
     assert hooked.forward([1, 2, 3], None, logits_to_keep=1) == ("out", [1, 2, 3], 1)
     assert calls == [3] and hooked.stop_ids == frozenset({0})
+
+
+async def test_scheduler_answers_a_queued_superseded_job_at_once():
+    """A superseded job still waiting in the queue is answered immediately, not behind the running job."""
+    sched = Scheduler()
+    release = threading.Event()
+    started = threading.Event()
+
+    def blocker(cancel):
+        started.set()
+        release.wait(10)
+        return "blocker"
+
+    running = asyncio.ensure_future(sched.run("other", blocker))
+    await asyncio.get_running_loop().run_in_executor(None, started.wait, 10)
+    queued = asyncio.ensure_future(sched.run("doc", lambda cancel: "old"))
+    await asyncio.sleep(0)  # let it submit
+    newer = asyncio.ensure_future(sched.run("doc", lambda cancel: "new"))
+    with pytest.raises(Superseded):
+        await asyncio.wait_for(queued, 5)  # while the blocker still holds the worker
+    assert not running.done()
+    release.set()
+    assert await running == "blocker"
+    assert await newer == "new"
+    sched.close()
+    assert sched.join(5)
