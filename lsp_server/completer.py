@@ -14,7 +14,7 @@ from dataclasses import dataclass, field, replace
 from drafters import NGramDrafter
 
 from .context import ContextBudget, Prompt, build_prompt, finish, ghost_cut, split_at
-from .engine import Completion, DecodeOptions, Engine
+from .engine import Completion, DecodeOptions, Engine, Stats
 
 DRAFTERS = ("none", "ngram", "model", "hybrid")
 MAX_INDEXED_CHARS = 262144  # of one buffer, for the drafter: its head and tail past this
@@ -29,10 +29,12 @@ class Suggestion:
     completion: Completion
     drafter: str
     latency_ms: float
+    typethrough: bool = False  # served from the suggestion on screen, without the model
 
     def summary(self, model: str) -> dict:
         s = self.completion.stats
         return {
+            "typethrough": self.typethrough,
             "text": self.text,
             "tokens": s.tokens,
             "target_passes": s.target_passes,
@@ -58,6 +60,7 @@ class CompleterSettings:
     draft_model: str = "qwen2.5-coder-0.5b"  # model spec of the model / hybrid drafters
     history_tokens: int = 4096  # accepted completions kept in the n-gram index (oldest dropped)
     multiline: bool = True  # ghost text may span lines (until the block ends)
+    type_through: bool = True  # typing the start of the shown suggestion answers with its rest at once
     budget: ContextBudget = field(default_factory=ContextBudget)
 
 
@@ -70,6 +73,7 @@ class Completer:
         self.settings = settings or CompleterSettings()
         self.ngram = NGramDrafter()
         self._buffers: dict[str, str] = {}
+        self._shown: dict[str, tuple[str, str, Suggestion]] = {}  # key -> (before, after, suggestion)
         self._history: list[list[int]] = []  # accepted completions, oldest first
         self._draft_models: dict[str, object] = {}  # spec -> LoadedModel (loaded once)
         self._model_drafters: dict[str, object] = {}  # spec -> ModelDrafter
@@ -162,6 +166,11 @@ class Completer:
         t0 = time.perf_counter()
         opts = options or DecodeOptions()
         drafter_name = drafter or self.settings.drafter
+        if cache_key is not None and self.settings.type_through:
+            hit = self._type_through(text, line, col, cache_key, opts)
+            if hit is not None:
+                hit.latency_ms = (time.perf_counter() - t0) * 1000
+                return hit
         d = self.drafter_for(drafter_name)
         if hasattr(d, "set_options"):  # a model drafter samples its drafts as the target samples
             d.set_options(opts)
@@ -192,8 +201,41 @@ class Completer:
                                           cache_key=cache_key)
         raw = self.lm.decode(completion.tokens)
         shown = finish(relative(raw) or "", shown_prompt, multiline)
-        return Suggestion(shown, raw, shown_prompt, completion, drafter_name if d is not None else "none",
-                          (time.perf_counter() - t0) * 1000)
+        sug = Suggestion(shown, raw, shown_prompt, completion, drafter_name if d is not None else "none",
+                         (time.perf_counter() - t0) * 1000)
+        if cache_key is not None:
+            self._remember_shown(cache_key, text, line, col, sug)
+        return sug
+
+    # -- type-through -----------------------------------------------------------------------
+    def _remember_shown(self, key: str, text: str, line: int, col: int, sug: Suggestion) -> None:
+        """Keep what is on screen, keyed by the exact text before and after the cursor."""
+        self._shown.pop(key, None)
+        if sug.text and sug.completion.stats.stop_reason != "cancelled":
+            before, after = _cut(text, line, col)
+            self._shown[key] = (before, after, sug)
+            while len(self._shown) > 64:
+                self._shown.pop(next(iter(self._shown)))
+
+    def _type_through(self, text: str, line: int, col: int, key: str, opts: DecodeOptions) -> Suggestion | None:
+        """The rest of the shown suggestion when the user typed its beginning, else None.
+
+        Served only when the text after the cursor is unchanged and the text before it is
+        the old text plus the typed characters, so a suggestion is never served for other
+        surrounding text. A sampled suggestion is not re-served (a new request must draw).
+        """
+        entry = self._shown.get(key)
+        if entry is None or not opts.greedy:
+            return None
+        old_before, old_after, old = entry
+        before, after = _cut(text, line, col)
+        if after != old_after or len(before) <= len(old_before) or not before.startswith(old_before):
+            return None
+        typed = before[len(old_before) :]
+        if not old.text.startswith(typed) or len(typed) >= len(old.text):
+            return None
+        empty = Completion([], Stats(stop_reason="typethrough"), [])
+        return Suggestion(old.text[len(typed) :], old.raw, old.prompt, empty, old.drafter, 0.0, typethrough=True)
 
 
 def calibrate(engine: Engine, lm, fresh: bool = False, n_max: int = 9) -> dict[int, float]:
@@ -231,3 +273,10 @@ def calibrate(engine: Engine, lm, fresh: bool = False, n_max: int = 9) -> dict[i
     except OSError:
         pass  # a read-only cache only costs the next run a measurement
     return costs
+
+
+def _cut(text: str, line: int, col: int) -> tuple[str, str]:
+    """The document split at 0-based (line, col): (text before the cursor, text after it)."""
+    lines = text.split("\n")
+    offset = sum(len(l) + 1 for l in lines[:line]) + col
+    return text[:offset], text[offset:]

@@ -166,6 +166,7 @@ class Counters:
     accepted: int = 0
     generated: int = 0
     target_passes: int = 0
+    typethrough: int = 0  # answered with the rest of the suggestion on screen, without the model
     latencies_ms: deque = field(default_factory=lambda: deque(maxlen=1000))
 
 
@@ -457,6 +458,7 @@ class DittoServer(LanguageServer):
             c.superseded += 1
             return None
         c.completed += 1
+        c.typethrough += int(getattr(sug, "typethrough", False))
         c.latencies_ms.append((time.perf_counter() - t0) * 1000)
         s = sug.completion.stats
         c.drafted += s.drafted
@@ -469,6 +471,8 @@ class DittoServer(LanguageServer):
         return sug.text
 
     def _record(self, snap: Snapshot, sug, completer) -> None:
+        if getattr(sug, "typethrough", False):
+            return  # the trace of the completion on screen stays the one to show
         lm = completer.lm
         s = sug.completion.stats
         self.traces[snap.uri] = {
@@ -513,6 +517,7 @@ class DittoServer(LanguageServer):
             "tokens_per_target_pass": round(c.generated / c.target_passes, 4) if c.target_passes else None,
             "drafted": c.drafted,
             "accepted": c.accepted,
+            "typethrough": c.typethrough,
             "model": self.model_info.get("model") if self.model_state == "ready" else self.settings.model,
             "device": self.model_info.get("device") if self.model_state == "ready" else None,
             "dtype": self.model_info.get("dtype") if self.model_state == "ready" else None,

@@ -1,0 +1,110 @@
+"""The Completer: type-through and KV reuse across keystrokes, on the tiny model."""
+
+import pytest
+
+from lsp_server.completer import Completer
+from lsp_server.engine import DecodeOptions
+from lsp_server.model import tiny_random
+
+OPTS = DecodeOptions(max_new_tokens=12, draft_max=0)
+
+
+@pytest.fixture(scope="module")
+def lm():
+    return tiny_random()
+
+
+def first_nonempty(c, docs):
+    for doc in docs:
+        lines = doc.split("\n")
+        for line, text in enumerate(lines):
+            sug = c.complete(doc, line, len(text), options=OPTS, cache_key=None)
+            if len(sug.text) >= 3 and "\n" not in sug.text[:3]:
+                return doc, line, len(text), sug
+    pytest.skip("tiny-random suggested nothing usable")
+
+
+DOCS = ["def area(width, height):\n    return wid\n", "class Point:\n    x = 1\n    y = \n", "import os\nprint(os.pa\n"]
+
+
+def test_typing_the_suggestion_serves_its_rest_without_the_model(lm):
+    c = Completer(lm)
+    doc, line, col, probe = first_nonempty(c, DOCS)
+    shown = c.complete(doc, line, col, options=OPTS, cache_key="doc")
+    assert shown.text == probe.text and not shown.typethrough
+    lines = doc.split("\n")
+    typed = shown.text[:2]
+    lines[line] = lines[line][:col] + typed + lines[line][col:]
+    doc2 = "\n".join(lines)
+    hit = c.complete(doc2, line, col + 2, options=OPTS, cache_key="doc")
+    assert hit.typethrough
+    assert hit.text == shown.text[2:]
+    assert hit.completion.stats.target_passes == 0 and hit.completion.stats.prefill_tokens == 0
+
+
+def test_type_through_never_serves_other_surrounding_text(lm):
+    c = Completer(lm)
+    doc, line, col, probe = first_nonempty(c, DOCS)
+    shown = c.complete(doc, line, col, options=OPTS, cache_key="doc")
+    lines = doc.split("\n")
+    ch = shown.text[0]
+    # 1. the same character typed, but the text after the cursor changed too
+    changed = lines[:]
+    changed[line] = changed[line][:col] + ch + changed[line][col:]
+    changed.append("extra = 1")
+    miss = c.complete("\n".join(changed), line, col + 1, options=OPTS, cache_key="doc")
+    assert not miss.typethrough
+    # 2. a character that does not continue the suggestion
+    c2 = Completer(lm)
+    c2.complete(doc, line, col, options=OPTS, cache_key="doc")
+    other = "\x01" if ch != "\x01" else "\x02"
+    wrong = lines[:]
+    wrong[line] = wrong[line][:col] + other + wrong[line][col:]
+    assert not c2.complete("\n".join(wrong), line, col + 1, options=OPTS, cache_key="doc").typethrough
+    # 3. no key (another document, or reuse switched off): never
+    c3 = Completer(lm)
+    c3.complete(doc, line, col, options=OPTS, cache_key=None)
+    typed = lines[:]
+    typed[line] = typed[line][:col] + ch + typed[line][col:]
+    assert not c3.complete("\n".join(typed), line, col + 1, options=OPTS, cache_key=None).typethrough
+    # 4. switched off in the settings
+    c4 = Completer(lm)
+    c4.settings.type_through = False
+    c4.complete(doc, line, col, options=OPTS, cache_key="doc")
+    assert not c4.complete("\n".join(typed), line, col + 1, options=OPTS, cache_key="doc").typethrough
+
+
+def test_reused_cache_across_real_edits_gives_the_same_completion(lm):
+    """KV reuse per document never changes a result: edits before, at and after the cursor, a new line, a paste."""
+    reuse, fresh = Completer(lm), Completer(lm)
+    doc = "import os\n\n\ndef main(path):\n    data = os.listdir(path)\n    return da\n\nmain('.')\n"
+    edits = [
+        (5, 13, doc),
+        (5, 14, doc.replace("return da", "return dat")),  # typing at the cursor
+        (5, 12, doc.replace("return da", "return ")),  # deleting
+        (6, 4, doc.replace("return da\n", "return data\n    \n")),  # a new line
+        (5, 13, doc.replace("import os\n", "import os\nimport sys\nimport re\n").replace("return da", "return da")),
+        (4, 8, doc.replace("def main(path):", "def main(path, extra=None):")),  # an edit above
+        (5, 13, doc + "\n\ndef helper():\n    return 42\n"),  # a paste below
+    ]
+    for line, col, text in edits:
+        lines = text.split("\n")
+        col = min(col, len(lines[line]))
+        a = reuse.complete(text, line, col, options=OPTS, cache_key="main.py")
+        b = fresh.complete(text, line, col, options=OPTS, cache_key=None)
+        if a.typethrough:
+            continue
+        assert a.completion.tokens == b.completion.tokens, (line, col)
+        assert a.text == b.text
+    assert reuse.engine.cached_keys() == ["main.py"]
+
+
+def test_reuse_prefills_only_the_changed_tail_when_typing(lm):
+    c = Completer(lm)
+    c.settings.type_through = False  # measure the model path on every keystroke
+    doc = "def total(items):\n    result = 0\n    for item in items:\n        result += item\n    return res\n"
+    first = c.complete(doc, 4, 14, options=OPTS, cache_key="d")
+    second = c.complete(doc.replace("return res", "return resu"), 4, 15, options=OPTS, cache_key="d")
+    s = second.completion.stats
+    assert s.reused_tokens > 0.8 * len(second.prompt.ids)
+    assert s.prefill_tokens < first.completion.stats.prefill_tokens / 4
