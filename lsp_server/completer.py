@@ -201,6 +201,8 @@ class Completer:
                                           cache_key=cache_key)
         raw = self.lm.decode(completion.tokens)
         shown = finish(relative(raw) or "", shown_prompt, multiline)
+        if completion.stats.stop_reason == "time" and "\n" in shown:
+            shown = shown[: shown.rfind("\n")]  # out of time: show the complete lines only
         sug = Suggestion(shown, raw, shown_prompt, completion, drafter_name if d is not None else "none",
                          (time.perf_counter() - t0) * 1000)
         if cache_key is not None:

@@ -108,3 +108,29 @@ def test_reuse_prefills_only_the_changed_tail_when_typing(lm):
     s = second.completion.stats
     assert s.reused_tokens > 0.8 * len(second.prompt.ids)
     assert s.prefill_tokens < first.completion.stats.prefill_tokens / 4
+
+
+def test_time_budget_returns_whole_lines(lm):
+    c = Completer(lm)
+    c.settings.multiline = True
+    doc = "def f():\n    \n"
+    slow = lm.forward
+
+    def forward(ids, cache, logits_to_keep=0):
+        import time
+
+        time.sleep(0.02)
+        return slow(ids, cache, logits_to_keep)
+
+    lm.forward = forward
+    try:
+        sug = c.complete(doc, 1, 4, options=DecodeOptions(max_new_tokens=200, draft_max=0, time_budget_s=0.5))
+    finally:
+        del lm.forward
+    assert sug.completion.stats.stop_reason == "time"
+    assert sug.completion.stats.target_passes < 200
+    full = lm.decode(sug.completion.tokens)
+    rel = full[4:] if full.startswith("    ") else full.lstrip(" \t")
+    assert rel.startswith(sug.text)
+    # Cut at a line end: what follows the shown text is a line break, unless nothing had one.
+    assert sug.text == "" or "\n" not in rel or rel[len(sug.text)] == "\n"
