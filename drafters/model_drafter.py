@@ -95,14 +95,19 @@ class ModelDrafter:
 
     name = "model"
     wants_hidden = False
+    # The engine must not cut a model draft short after the fact: the draft passes are
+    # already paid. The length is chosen before drafting (max_draft here, the cost model
+    # in HybridDrafter).
+    sizes_drafts = True
 
     def __init__(self, lm, target=None, *, temperature: float = 0.0, top_k: int = 0, top_p: float = 1.0,
-                 seed: int | None = None, prefill_chunk: int = 512):
+                 seed: int | None = None, prefill_chunk: int = 512, max_draft: int = 5):
         if target is not None:
             check_same_tokenizer(target, lm)
         self.lm = lm
         self.vocab_size = int(target.vocab_size) if target is not None else int(lm.vocab_size)
         self.prefill_chunk = prefill_chunk
+        self.max_draft = max_draft  # longest draft of propose() (HF's assistant default is 5)
         self._ids: list[int] = []
         self._cache = None
         self.forward_passes = 0  # draft-model passes so far (for the cost model and stats)
@@ -164,8 +169,13 @@ class ModelDrafter:
             return logits[:v]
         return torch.cat([logits, logits.new_full((v - logits.shape[-1],), float("-inf"))])
 
-    @torch.inference_mode()
     def propose(self, context: Sequence[int], k: int, hidden: object | None = None) -> Proposal:
+        """Draft min(k, max_draft) tokens."""
+        return self.draft(context, min(k, self.max_draft))
+
+    @torch.inference_mode()
+    def draft(self, context: Sequence[int], k: int) -> Proposal:
+        """Draft exactly k tokens (k draft-model passes, the first over the unsynced context)."""
         if k <= 0 or not context:
             return Proposal([], source=self.name)
         logits = self._row(self._sync(context))
@@ -303,6 +313,7 @@ class HybridDrafter:
 
     name = "hybrid"
     wants_hidden = False
+    sizes_drafts = True  # its own cost model chose the length; the engine verifies it whole
 
     def __init__(self, ngram: NGramDrafter, model: ModelDrafter, costs: CostModel, *, min_match: int = 3,
                  min_agreement: float = 0.5, prior_ngram: float = 0.6, prior_model: float = 0.6):
@@ -372,7 +383,7 @@ class HybridDrafter:
         if kind == "ngram":
             out = Proposal(ng.tokens[:n], source=ng.source, match_len=ng.match_len, agreement=ng.agreement)
         elif kind == "model":
-            out = self.model.propose(context, n)
+            out = self.model.draft(context, n)
         else:
             out = Proposal([], source="")
         setattr(self.stats, kind, getattr(self.stats, kind) + 1)

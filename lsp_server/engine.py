@@ -407,6 +407,8 @@ class Engine:
             proposal = self.propose(drafter, seq, k)
             offered = len(proposal.tokens)
             spec = self.speculation if opts.adaptive else None
+            if getattr(drafter, "sizes_drafts", False):
+                spec = None  # the drafter chose its draft length itself (model and hybrid drafters: their cost is in drafting)
             if spec is not None and offered:
                 chosen = spec.choose(proposal, drafter.name)
                 if chosen < offered:

@@ -80,17 +80,19 @@ def test_greedy_model_drafter_equals_drafting_off(lm, other, draft, seed):
 
 def test_draft_cache_is_resynced_by_common_prefix(lm):
     drafter = ModelDrafter(lm, target=lm)
+    assert len(drafter.propose(list(range(10, 40)), 8).tokens) == drafter.max_draft  # propose caps at max_draft
     ctx = list(range(10, 40))
+    drafter.reset()
     first = drafter.propose(ctx, 4)
     assert len(first.tokens) == 4 and first.probs is None
-    assert drafter.prefilled == 30
+    assert drafter.prefilled == 30 * 2
     # The target kept two drafts (already in the draft cache) and appended its own token: one new.
     ctx2 = ctx + first.tokens[:2] + [7]
     drafter.propose(ctx2, 4)
-    assert drafter.prefilled == 30 + 1
+    assert drafter.prefilled == 30 * 2 + 1
     # A different context (another document) keeps only the common prefix.
     drafter.propose(ctx[:5] + [99, 98, 97], 2)
-    assert drafter.prefilled == 30 + 1 + 3
+    assert drafter.prefilled == 30 * 2 + 1 + 3
     assert drafter._cache.get_seq_length() == len(drafter._ids)
     # Same proposals as a fresh drafter: the resync is exact.
     fresh = ModelDrafter(lm, target=lm)
@@ -239,9 +241,9 @@ class Recording(ModelDrafter):
         super().__init__(lm, target=lm)
         self.calls = 0
 
-    def propose(self, context, k, hidden=None):
+    def draft(self, context, k):
         self.calls += 1
-        return super().propose(context, k)
+        return super().draft(context, k)
 
 
 def test_hybrid_takes_a_long_ngram_match_without_running_the_model(lm):
@@ -360,3 +362,15 @@ def test_server_turns_an_inserted_suggestion_into_history(lm):
     server._apply_dirty(completer)
     assert completer.history() == [shown + "  # done\n\n    next_line()"]
     assert server._accepted == []
+
+
+def test_engine_does_not_cut_a_model_draft_short(lm):
+    """Adaptive speculation must not trim a model draft after its passes were paid."""
+    from lsp_server.engine import Speculation
+
+    engine = Engine(lm)
+    engine.speculation = Speculation({1: 10.0, 2: 100.0, 3: 200.0, 9: 900.0})  # would trim every draft to 0
+    drafter = ModelDrafter(lm, target=lm)
+    prompt = list(range(10, 40))
+    out = engine.generate(prompt, drafter=drafter, options=DecodeOptions(max_new_tokens=12, draft_max=4))
+    assert out.stats.drafted > 0 and out.stats.accepted == out.stats.drafted
