@@ -140,3 +140,22 @@ def test_copyable_fraction():
     assert copyable_fraction("return helper(x) + 1", ["y = helper(x) + 2"]) == pytest.approx(5 / 7)
     assert copyable_fraction("alpha beta gamma delta", ["nothing here at all"]) == 0.0
     assert copyable_fraction("a.b(c)", ["z = a.b(c)"]) == 1.0
+
+
+def test_bench_command_end_to_end_on_tiny_random(repo, tmp_path, monkeypatch, capsys):
+    import json
+
+    from lsp_server.cli import main
+
+    monkeypatch.setenv("DITTO_CACHE_DIR", str(tmp_path / "cache"))  # pass-cost calibration is stored there
+    out = tmp_path / "out"
+    rc = main(["bench", "--repo", str(repo["path"]), "--model", "tiny-random", "--max-tasks", "2", "--max-tokens", "4",
+               "--systems", "ngram,oracle,hf-greedy", "--context-tokens", "256", "--out", str(out)])
+    assert rc == 0
+    res = json.loads((out / "results.json").read_text())
+    assert res["meta"]["tasks_run"] == 2 and res["meta"]["partial"] is False
+    assert list(res["summary"]) == ["off", "ngram", "oracle", "hf-greedy"]
+    for s in res["summary"].values():
+        assert s["identical_rate"] == 1.0 and s["tasks"] == 2
+    assert len(res["tasks"]) == 2 * 4
+    assert "| oracle | 2 |" in (out / "report.md").read_text()

@@ -93,6 +93,10 @@ def test_keystroke_mode_reuse_prefills_less(lm):
     recs = list(bench.keystroke_task(make_task(), ["ngram", "ngram-noreuse"], max_keystrokes=6))
     assert len(recs) == 2 * 7  # the empty block, then one request per keystroke
     s = metrics.summarise_keystroke(recs)
-    assert s["ngram"]["requests"] == 7 and s["ngram"]["typethrough_hits"] == 0
+    assert s["ngram"]["requests"] == 7
+    assert s["ngram-noreuse"]["typethrough_hits"] == 0  # no cache key: no type-through
+    hits = [r for r in recs if r["typethrough"]]
+    assert s["ngram"]["typethrough_hits"] == len(hits)
+    assert all(r["system"] == "ngram" and r["target_passes"] == 0 for r in hits)
     assert s["ngram-noreuse"]["reused_tokens_mean"] == 0
     assert s["ngram"]["prefill_tokens_mean"] < s["ngram-noreuse"]["prefill_tokens_mean"] / 3

@@ -119,15 +119,23 @@ def run(args) -> int:
     from . import metrics, report
     from .runner import Bench
 
-    completer = Completer(lm, settings=CompleterSettings(drafter="ngram", multiline=not args.single_line, budget=budget,
-                                                         draft_model=args.draft_model))
+    settings = CompleterSettings(drafter="ngram", multiline=not args.single_line, budget=budget,
+                                 draft_model=args.draft_model)
+    # Completion mode asks once per task and position; type-through belongs to typing.
+    settings.type_through = args.mode == "keystroke"
+    completer = Completer(lm, settings=settings)
+    adaptive = bool(getattr(opts, "adaptive", False))
+    if adaptive:
+        from ..completer import calibrate
+
+        calibrate(completer.engine, lm)  # pass costs for the adaptive draft length, as the server does at load
     bench = Bench(lm, completer, opts, lookup_tokens=args.lookup_tokens)
     meta = {
         "mode": args.mode, "repo": str(Path(args.repo).resolve()), "since": args.since, "seed": args.seed or 0,
         "languages": args.lang, "per_commit": args.per_commit, "systems": systems, "model": lm.name,
         "model_spec": lm.spec, "dtype": str(lm.dtype).removeprefix("torch."), "device": str(lm.device),
         "machine": _machine(lm), "versions": _versions(), "command": shlex.join(["ditto-lsp", *sys.argv[1:]]),
-        "max_tokens": opts.max_new_tokens, "draft_max": opts.draft_max, "context_tokens": args.context_tokens,
+        "max_tokens": opts.max_new_tokens, "draft_max": opts.draft_max, "adaptive": adaptive, "context_tokens": args.context_tokens,
         "tasks_harvested": len(h.tasks), "candidates": h.candidates, "commits_scanned": h.commits_scanned,
         "commits_skipped": h.commits_skipped, "note": args.note,
     }

@@ -56,12 +56,12 @@ def bucket_table(summary: dict, field: str = "buckets") -> str:
 
 
 def keystroke_table(summary: dict) -> str:
-    head = ("| system | requests | tasks | tts p50 ms | tts p95 ms | prefill tokens mean | reused tokens mean | "
+    head = ("| system | requests | tasks | tts p50 ms | tts p95 ms | tts p50 ms (model answered) | prefill tokens mean | reused tokens mean | "
             "prompt tokens mean | typethrough hits | p50 gain vs noreuse | prefill gain vs noreuse |")
     rows = [head, "|" + "---|" * (head.count("|") - 1)]
     for s, v in summary.items():
         rows.append(f"| {s} | {v['requests']} | {v['tasks']} | {_f(v['tts_ms_p50'], 0)} | {_f(v['tts_ms_p95'], 0)} | "
-                    f"{_f(v['prefill_tokens_mean'], 1)} | {_f(v['reused_tokens_mean'], 1)} | "
+                    f"{_f(v.get('tts_ms_p50_model'), 0)} | {_f(v['prefill_tokens_mean'], 1)} | {_f(v['reused_tokens_mean'], 1)} | "
                     f"{_f(v['prompt_tokens_mean'], 1)} | {v['typethrough_hits']} | "
                     f"{_f(v.get('tts_p50_gain_vs_noreuse'), 2, '×')} | {_f(v.get('prefill_tokens_gain_vs_noreuse'), 1, '×')} |")
     return "\n".join(rows)
@@ -75,7 +75,7 @@ def markdown(results: dict) -> str:
     out.append(f"- model: {meta.get('model')} on {meta.get('device')} ({meta.get('dtype')}); "
                f"machine: {meta.get('machine', {}).get('summary')}")
     out.append(f"- budget: {meta.get('max_tokens')} new tokens, draft_max {meta.get('draft_max')}, "
-               f"context {meta.get('context_tokens')} tokens; wall time {_f(meta.get('wall_s'), 0)} s"
+               f"adaptive draft length {meta.get('adaptive', '–')}, context {meta.get('context_tokens')} tokens; wall time {_f(meta.get('wall_s'), 0)} s"
                + ("; **partial run** (" + meta.get("stopped", "") + ")" if meta.get("partial") else ""))
     out.append(f"- command: `{meta.get('command')}`")
     if meta.get("note"):
@@ -84,7 +84,7 @@ def markdown(results: dict) -> str:
     summary = results["summary"]
     if meta.get("mode") == "keystroke":
         out += ["## Time to suggestion per keystroke", "", keystroke_table(summary), ""]
-        out.append("typethrough_hits is 0 because type-through is not implemented in the Completer yet.")
+        out.append("Systems with -noreuse pass no cache key: no KV reuse and no type-through.")
     else:
         out += ["## Summary", "", completion_table(summary), "",
                 "Latency of a Ditto system = the task's prefill (done once, by `off`) + its own decode; the "

@@ -96,7 +96,8 @@ class Bench:
                     text, line, col = task.typed(i)
                     run, sug = run_ditto(self.completer, task, base, self.options, key, text=text, line=line, col=col)
                     rec = {"task": task.id, "system": s, "keystroke": i, "copyable": task.copyable,
-                           "tts_ms": round(run.latency_ms, 2), "typethrough": False, **run.as_dict()}
+                           "tts_ms": round(run.latency_ms, 2), "typethrough": bool(getattr(sug, "typethrough", False)),
+                           **run.as_dict()}
                     if on_request:
                         on_request()
                     yield rec
