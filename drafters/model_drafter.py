@@ -294,8 +294,10 @@ class HybridDrafter:
     1. Ask the n-gram drafter. Its proposal is *confident* when the matched n-gram has at
        least `min_match` tokens and at least `min_agreement` of the matched positions
        continue with the proposed first token (`Proposal.agreement`). A confident
-       proposal is taken as is (n-gram drafts cost nothing, and a long, agreed match is
-       the case where they are accepted most).
+       proposal is taken (n-gram drafts cost nothing, and a long, agreed match is the
+       case where they are accepted most); the engine's adaptive speculation, when on,
+       then trims it to the length that pays, as it does for the ngram drafter
+       (`sizes_drafts` is False for n-gram proposals, True for model ones).
     2. Otherwise compare expected tokens per millisecond, with the cost model
        (`CostModel.rate`): rate(a, k) = E(k) / (T(k + 1) + draft passes x t_draft),
        E(k) = (1 - a^(k+1)) / (1 - a), T(n) the target's cost for a pass over n tokens,
@@ -313,7 +315,10 @@ class HybridDrafter:
 
     name = "hybrid"
     wants_hidden = False
-    sizes_drafts = True  # its own cost model chose the length; the engine verifies it whole
+    # Read by the engine right after each propose, so it describes the last proposal: a
+    # model draft is verified whole (its passes are paid), an n-gram draft is left to the
+    # engine's adaptive trimming (Engine.speculation), exactly as for the ngram drafter.
+    sizes_drafts = False
 
     def __init__(self, ngram: NGramDrafter, model: ModelDrafter, costs: CostModel, *, min_match: int = 3,
                  min_agreement: float = 0.5, prior_ngram: float = 0.6, prior_model: float = 0.6):
@@ -386,6 +391,7 @@ class HybridDrafter:
             out = self.model.draft(context, n)
         else:
             out = Proposal([], source="")
+        self.sizes_drafts = kind == "model"
         setattr(self.stats, kind, getattr(self.stats, kind) + 1)
         self.stats.by_k[n] = self.stats.by_k.get(n, 0) + 1
         if out.tokens:
