@@ -219,7 +219,7 @@ class Engine:
     def clear_cache(self) -> None:
         self._kv.clear()
 
-    def calibrate(self, n_max: int = 9, reps: int = 2, context: Sequence[int] | None = None) -> dict[int, float]:
+    def calibrate(self, n_max: int = 9, reps: int = 3, context: Sequence[int] | None = None) -> dict[int, float]:
         """Measure T(n), the time of one pass over n new tokens, for the adaptive draft length.
 
         Takes the best of `reps` timings per n over a 64-token context; returns {n: ms}.
@@ -231,19 +231,20 @@ class Engine:
             self.lm.forward(ctx, cache, logits_to_keep=1)
             self.lm.forward(probe[:1], cache)  # warm-up
             cache.crop(-1)
-            costs: dict[int, float] = {}
             points = sorted({1, 2, 3, 4, 6, n_max} & set(range(1, n_max + 1)))
-            for n in points:
-                best = float("inf")
-                for _ in range(reps):
+            costs = {n: float("inf") for n in points}
+            for _ in range(reps):  # interleaved, best of reps: a burst of load hits one sample, not one n
+                for n in points:
                     t = time.perf_counter()
                     self.lm.forward(probe[:n], cache)
-                    best = min(best, time.perf_counter() - t)
+                    costs[n] = min(costs[n], (time.perf_counter() - t) * 1000)
                     cache.crop(-n)
-                costs[n] = best * 1000
-        # A pass never gets cheaper with more tokens: smooth out timing noise.
-        for n in points[1:]:
-            costs[n] = max(costs[n], costs[points[points.index(n) - 1]])
+        # Smooth out timing noise: a pass never gets cheaper with more tokens, and never
+        # costs more than running its tokens one by one.
+        for i, n in enumerate(points):
+            if i:
+                costs[n] = max(costs[n], costs[points[i - 1]])
+            costs[n] = min(costs[n], n * costs[1])
         self.speculation = Speculation(costs)
         return costs
 
