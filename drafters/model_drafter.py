@@ -236,11 +236,13 @@ class CostModel:
 
     @classmethod
     def measure(cls, target, draft=None, ns: Sequence[int] = (1, 2, 4, 8), context: int = 64,
-                reps: int = 2) -> "CostModel":
+                reps: int = 2, target_ms: Sequence[float] | None = None) -> "CostModel":
         """Time T(n) of `target` (and one pass of `draft`) on a cache of `context` tokens.
 
         Takes the minimum over `reps` runs; points between the measured n are
-        interpolated linearly. A few seconds for a 1.5B model on a CPU.
+        interpolated linearly. A few seconds for a 1.5B model on a CPU. With `target_ms`
+        given (the engine's calibration, so that the hybrid and the engine's adaptive
+        speculation share one cost model) only the draft pass is timed.
         """
         def timed(lm, n: int) -> float:
             cache = lm.new_cache()
@@ -254,6 +256,8 @@ class CostModel:
                 cache.crop(-n)
             return best
 
+        if target_ms is not None:
+            return cls(list(target_ms), timed(draft, 1) if draft is not None else 0.0)
         points = {n: timed(target, n) for n in ns}
         top = max(ns)
         target_ms = []

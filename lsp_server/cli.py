@@ -123,9 +123,9 @@ def prepare_completion(args):
                                                          draft_model=args.draft_model))
     for other in args.open or []:
         completer.set_buffer(str(other), read_text(Path(other)))
-    build_drafter(completer, args.drafter)
     if args.drafter != "none" and not getattr(args, "no_adaptive", False):
         calibrate(completer.engine, lm)  # pass costs for the adaptive draft length (stored after the first run)
+    build_drafter(completer, args.drafter)  # after calibrate: the hybrid reuses the engine's pass costs
     return lm, completer, text, line, col, path
 
 

@@ -148,7 +148,10 @@ class Completer:
             if name == "model":
                 return self._model_drafters[spec]
             if spec not in self._hybrids:
-                costs = CostModel.measure(self.lm, self._model_drafters[spec].lm)
+                # The engine's calibrated pass costs when it has them (one cost model for both).
+                calibrated = getattr(self.engine, "speculation", None)
+                target_ms = [calibrated.cost(n) for n in range(1, 10)] if calibrated is not None else None
+                costs = CostModel.measure(self.lm, self._model_drafters[spec].lm, target_ms=target_ms)
                 self._hybrids[spec] = HybridDrafter(self.ngram, self._model_drafters[spec], costs)
             return self._hybrids[spec]
         raise ValueError(f"unknown drafter {name!r}: use one of {', '.join(DRAFTERS)}")

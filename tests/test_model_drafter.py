@@ -374,3 +374,15 @@ def test_engine_does_not_cut_a_model_draft_short(lm):
     prompt = list(range(10, 40))
     out = engine.generate(prompt, drafter=drafter, options=DecodeOptions(max_new_tokens=12, draft_max=4))
     assert out.stats.drafted > 0 and out.stats.accepted == out.stats.drafted
+
+
+def test_hybrid_shares_the_engines_calibrated_pass_costs(lm, monkeypatch):
+    import lsp_server.model as model_mod
+    from lsp_server.engine import Speculation
+
+    monkeypatch.setattr(model_mod, "load", lambda spec, **kw: lm)
+    completer = Completer(lm)
+    completer.engine.speculation = Speculation({1: 10.0, 2: 12.0, 4: 16.0, 9: 26.0})
+    h = completer.drafter_for("hybrid")
+    assert h.costs.target_ms[:4] == [10.0, 12.0, 14.0, 16.0] and len(h.costs.target_ms) == 9
+    assert h.costs.draft_ms > 0  # only the draft pass was timed
