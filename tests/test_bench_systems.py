@@ -100,3 +100,12 @@ def test_keystroke_mode_reuse_prefills_less(lm):
     assert all(r["system"] == "ngram" and r["target_passes"] == 0 for r in hits)
     assert s["ngram-noreuse"]["reused_tokens_mean"] == 0
     assert s["ngram"]["prefill_tokens_mean"] < s["ngram-noreuse"]["prefill_tokens_mean"] / 3
+
+
+def test_fixed_length_systems_are_named_and_validated():
+    from lsp_server.bench.systems import fixed_k, parse_systems
+
+    assert fixed_k("ngram-k4") == 4 and fixed_k("ngram-k0") is None and fixed_k("ngram") is None
+    assert parse_systems("ngram-k2,ngram", "completion") == ["off", "ngram-k2", "ngram"]
+    with pytest.raises(ValueError, match="ngram-kN"):
+        parse_systems("ngram-kx", "completion")

@@ -13,7 +13,7 @@ from dataclasses import replace
 from typing import Callable, Iterator
 
 from . import metrics
-from .systems import DITTO, generated_ids, run_ditto, run_hf
+from .systems import DITTO, fixed_k, generated_ids, run_ditto, run_hf
 
 
 def same_output(run, ref) -> bool:
@@ -42,7 +42,7 @@ class Bench:
         ref = None
         for s in systems:
             base = s.removesuffix("-noreuse")
-            if base in DITTO:
+            if base in DITTO or fixed_k(base):
                 _, sug = run_ditto(self.completer, task, base, short, None, reference=ref)
                 ref = sug if base == "off" else ref
             elif ref is not None:
@@ -59,7 +59,7 @@ class Bench:
         ref_run = None
         try:
             for s in systems:
-                if s in DITTO:
+                if s in DITTO or fixed_k(s):
                     run, sug = run_ditto(self.completer, task, s, self.options, key, reference=ref)
                     if s == "off":
                         ref, ref_run = sug, run

@@ -7,6 +7,8 @@ Completion mode (one request per task):
 - ``model`` / ``hybrid``: Ditto with the draft-model drafter (``--draft-model``) / the
   hybrid of n-gram lookup and the draft model (drafters/model_drafter.py); the draft
   model's own prefill of the prompt counts in their decode time;
+- ``ngram-kN``: the n-gram drafter with every draft verified at a fixed length N (no
+  adaptive choice), to compare the adaptive length with the best fixed one;
 - ``oracle``: Ditto with a drafter that proposes the model's own greedy continuation (what
   ``off`` produced), so every draft is accepted: the ceiling of speculation on this hardware;
 - ``hf-greedy``: transformers ``generate`` greedy, a fresh cache per call, as a library user
@@ -50,10 +52,18 @@ def parse_systems(spec: str, mode: str) -> list[str]:
                 raise ValueError(f"unknown keystroke-mode system {n!r}: use off, ngram, each optionally with -noreuse")
         return list(dict.fromkeys(names))
     for n in names:
-        if n not in COMPLETION_SYSTEMS:
-            raise ValueError(f"unknown system {n!r}: use {', '.join(COMPLETION_SYSTEMS)}")
+        if n not in COMPLETION_SYSTEMS and fixed_k(n) is None:
+            raise ValueError(f"unknown system {n!r}: use {', '.join(COMPLETION_SYSTEMS)}, or ngram-kN "
+                             "(n-gram drafts of a fixed length N, no adaptive choice)")
     # off is the reference (identical output, speedup, oracle's target, hf budgets): always first.
     return ["off", *[n for n in dict.fromkeys(names) if n != "off"]]
+
+
+def fixed_k(system: str) -> int | None:
+    """N for a system named ngram-kN (the n-gram drafter with a fixed draft length), else None."""
+    if system.startswith("ngram-k") and system[7:].isdigit() and int(system[7:]) > 0:
+        return int(system[7:])
+    return None
 
 
 class OracleDrafter:
@@ -61,6 +71,7 @@ class OracleDrafter:
 
     name = "oracle"
     wants_hidden = False
+    sizes_drafts = True  # the ceiling verifies every draft it has: no adaptive trimming
 
     def __init__(self, prompt_len: int, target: Sequence[int]):
         self.prompt_len = prompt_len
@@ -134,6 +145,11 @@ def run_ditto(completer, task, system: str, options, cache_key: str | None, refe
         if base in ("model", "hybrid"):
             # Each run pays its draft model's own prefill of the prompt (no head start from a previous system).
             completer.drafter_for(base).reset()
+        k = fixed_k(base)
+        if k is not None:
+            from dataclasses import replace
+
+            options, base = replace(options, draft_max=k, adaptive=False), "ngram"
         sug = completer.complete(text, line, col, name=task.path, options=options,
                                  drafter="none" if base == "off" else base, cache_key=cache_key,
                                  others=list(task.buffers))
