@@ -473,6 +473,8 @@ class DittoServer(LanguageServer):
     def _record(self, snap: Snapshot, sug, completer) -> None:
         if getattr(sug, "typethrough", False):
             return  # the trace of the completion on screen stays the one to show
+        from .trace import trace_data
+
         lm = completer.lm
         s = sug.completion.stats
         self.traces[snap.uri] = {
@@ -495,6 +497,8 @@ class DittoServer(LanguageServer):
                 "match_len": r.match_len,
                 "ms": r.ms,
             } for r in sug.completion.rounds],
+            # The same data `ditto-lsp trace --json` prints (lsp_server/trace.py), for tools that read both.
+            "trace": trace_data(sug.completion, lm.token_text, text=sug.text, model=lm.spec, drafter=sug.drafter),
         }
 
     def stats(self) -> dict:

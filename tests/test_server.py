@@ -157,6 +157,9 @@ async def test_open_then_inline_completion_returns_an_item_at_the_cursor(client,
     rnd = t["rounds"][0]
     assert set(rnd) >= {"proposed", "accepted", "appended", "kind"} and isinstance(rnd["proposed"], list)
     assert sum(r["accepted"] + 1 for r in t["rounds"]) == t["stats"]["generated"]
+    # The same data as `ditto-lsp trace --json`, round for round.
+    assert t["trace"]["text"] == want and len(t["trace"]["rounds"]) == len(t["rounds"])
+    assert [r["gained"] for r in t["trace"]["rounds"]] == [r["accepted"] + 1 for r in t["rounds"]]
 
 
 async def test_incremental_edits_are_reflected(client, completer, open_doc):
