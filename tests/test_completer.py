@@ -133,3 +133,36 @@ def test_time_budget_returns_whole_lines(lm):
     assert rel.startswith(sug.text)
     # Cut at a line end: what follows the shown text is a line break, unless nothing had one.
     assert sug.text == "" or "\n" not in rel or rel[len(sug.text)] == "\n"
+
+
+def test_fim_layout_keeps_edits_near_the_cursor_in_the_tail(lm):
+    """Typing, deleting, Enter and a paste below change only a tail of the prompt; the KV cache keeps the rest."""
+    c = Completer(lm)
+    c.settings.type_through = False
+    body = "".join(f"def f{i}(x):\n    return x + {i}\n\n" for i in range(12))
+    doc = body + "def g(y):\n    total = y\n    retu\n\nprint(g(1))\n"
+    line = doc.split("\n").index("    retu")
+    steps = [
+        ("typing", doc.replace("    retu\n", "    retur\n"), line, 9),
+        ("deleting", doc.replace("    retu\n", "    ret\n"), line, 7),
+        ("new line", doc.replace("    retu\n", "    retu\n    \n"), line + 1, 4),
+        ("paste below", doc.replace("print(g(1))\n", "print(g(1))\nfor k in range(3):\n    print(g(k))\n"), line, 8),
+    ]
+    for name, text, l, col in steps:
+        c.complete(doc, line, 8, options=OPTS, cache_key="doc")  # back to the base state
+        base_ids = list(c.engine._kv["doc"].ids)  # a copy: the engine edits its list in place
+        sug = c.complete(text, l, col, options=OPTS, cache_key="doc")
+        ids = sug.prompt.ids
+        common = 0
+        while common < min(len(base_ids), len(ids) - 1) and base_ids[common] == ids[common]:
+            common += 1
+        s = sug.completion.stats
+        assert s.reused_tokens == common, name  # the engine keeps exactly the longest common prefix
+        assert s.prefill_tokens == len(ids) - 1 - common, name
+        above_end = ids.index(lm.fim.suffix)
+        if name in ("typing", "deleting"):
+            assert common >= len(ids) - 8, name  # only the typed text after <fim_middle> changed
+        elif name == "new line":
+            assert common >= above_end - 12, name  # the old cursor line joined the lines above
+        else:
+            assert common > above_end, name  # the lines above and the start of the suffix are kept
