@@ -57,13 +57,14 @@ def bucket_table(summary: dict, field: str = "buckets") -> str:
 
 def keystroke_table(summary: dict) -> str:
     head = ("| system | requests | tasks | tts p50 ms | tts p95 ms | tts p50 ms (model answered) | prefill tokens mean | reused tokens mean | "
-            "prompt tokens mean | typethrough hits | p50 gain vs noreuse | prefill gain vs noreuse |")
+            "prompt tokens mean | typethrough hits | p50 gain vs noreuse | p50 gain (model answered) | prefill gain vs noreuse |")
     rows = [head, "|" + "---|" * (head.count("|") - 1)]
     for s, v in summary.items():
         rows.append(f"| {s} | {v['requests']} | {v['tasks']} | {_f(v['tts_ms_p50'], 0)} | {_f(v['tts_ms_p95'], 0)} | "
                     f"{_f(v.get('tts_ms_p50_model'), 0)} | {_f(v['prefill_tokens_mean'], 1)} | {_f(v['reused_tokens_mean'], 1)} | "
                     f"{_f(v['prompt_tokens_mean'], 1)} | {v['typethrough_hits']} | "
-                    f"{_f(v.get('tts_p50_gain_vs_noreuse'), 2, '×')} | {_f(v.get('prefill_tokens_gain_vs_noreuse'), 1, '×')} |")
+                    f"{_f(v.get('tts_p50_gain_vs_noreuse'), 2, '×')} | {_f(v.get('tts_p50_model_gain_vs_noreuse'), 2, '×')} | "
+                    f"{_f(v.get('prefill_tokens_gain_vs_noreuse'), 1, '×')} |")
     return "\n".join(rows)
 
 
