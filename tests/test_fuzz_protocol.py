@@ -18,6 +18,8 @@ is not open is ignored; a second didOpen replaces the text.
 
 Scale with DITTO_FUZZ_EXAMPLES (default 25 sequences). The counts of sequences, steps and
 messages are printed (pytest -s) and written to $DITTO_FUZZ_REPORT if set.
+The default run is derandomized (the same cases every time, so CI is repeatable); set
+DITTO_FUZZ_RANDOM=1 to explore new cases.
 """
 
 from __future__ import annotations
@@ -173,7 +175,13 @@ def check_answered(c: RawClient, ids: list) -> None:
     ids.clear()
 
 
-@settings(max_examples=EXAMPLES, deadline=None, suppress_health_check=list(HealthCheck), derandomize=False)
+
+def wire(text: str) -> str:
+    """The text as the server receives it: JSON joins a high and a low surrogate that stand
+    next to each other into one character, so the reference model must too."""
+    return json.loads(json.dumps(text))
+
+@settings(max_examples=EXAMPLES, deadline=None, suppress_health_check=list(HealthCheck), derandomize=not os.environ.get("DITTO_FUZZ_RANDOM"))
 @given(data=st.data())
 def test_random_message_sequences_are_answered_and_documents_match_the_reference(server: RawClient, data):
     c = server
@@ -191,7 +199,7 @@ def test_random_message_sequences_are_answered_and_documents_match_the_reference
                                         "cancel", "bad_request", "bad_notification", "bad_body"]), label="op")
         uri = data.draw(st.sampled_from(uris), label="uri")
         if op == "open":
-            text = data.draw(text_st, label="text")
+            text = wire(data.draw(text_st, label="text"))
             version[uri] = data.draw(st.integers(0, 2**31 - 1), label="version")
             c.open(uri, text, version[uri])
             ref[uri] = text
@@ -201,10 +209,10 @@ def test_random_message_sequences_are_answered_and_documents_match_the_reference
             text = ref.get(uri, "")
             for _ in range(data.draw(st.integers(1, 3), label="changes")):
                 if data.draw(st.integers(0, 9), label="full?") == 0:
-                    ch = {"text": data.draw(text_st, label="full text")}
+                    ch = {"text": wire(data.draw(text_st, label="full text"))}
                 else:
                     ch = {"range": {"start": position(data, text), "end": position(data, text)},
-                          "text": data.draw(text_st, label="new text")}
+                          "text": wire(data.draw(text_st, label="new text"))}
                 changes.append(ch)
                 text = ref_apply(text, ch)
                 COUNTS["edits"] += 1
