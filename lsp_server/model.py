@@ -263,12 +263,13 @@ def _load_dir(source, spec: str, name: str, dev, dt, trust_remote_code: bool, sa
     offline = not isinstance(source, str)
     try:
         # A local directory never touches the network (local_files_only); only a hub id may.
-        tok = AutoTokenizer.from_pretrained(str(source), trust_remote_code=trust_remote_code,
-                                            local_files_only=offline)
-        model = AutoModelForCausalLM.from_pretrained(
-            str(source), dtype=dt, trust_remote_code=trust_remote_code, low_cpu_mem_usage=True,
-            local_files_only=offline,
-        )
+        with _quiet_transformers():
+            tok = AutoTokenizer.from_pretrained(str(source), trust_remote_code=trust_remote_code,
+                                                local_files_only=offline)
+            model = AutoModelForCausalLM.from_pretrained(
+                str(source), dtype=dt, trust_remote_code=trust_remote_code, low_cpu_mem_usage=True,
+                local_files_only=offline,
+            )
     except OSError as err:
         first = str(err).strip().splitlines()[0] if str(err).strip() else type(err).__name__
         where = "directory" if offline else "hub id (is it spelled right, and is the hub reachable?)"
@@ -423,8 +424,9 @@ def _convert(gguf: Path, target: Path, title: str, sha: str, say: Progress) -> N
     say(f"converting {title} from GGUF (once; about a minute)", None)
     t0 = time.monotonic()
     try:
-        tok = AutoTokenizer.from_pretrained(str(gguf.parent), gguf_file=gguf.name)
-        model = AutoModelForCausalLM.from_pretrained(str(gguf.parent), gguf_file=gguf.name, dtype=torch.float32)
+        with _quiet_transformers():
+            tok = AutoTokenizer.from_pretrained(str(gguf.parent), gguf_file=gguf.name)
+            model = AutoModelForCausalLM.from_pretrained(str(gguf.parent), gguf_file=gguf.name, dtype=torch.float32)
     except Exception as err:  # gguf parsing raises many kinds; the user needs one line
         first = (str(err).strip().splitlines() or [type(err).__name__])[0]
         raise ModelError(f"cannot read GGUF {gguf.name}: {first}: is it a complete GGUF file of a supported model?") from None
@@ -435,7 +437,8 @@ def _convert(gguf: Path, target: Path, title: str, sha: str, say: Progress) -> N
     target.parent.mkdir(parents=True, exist_ok=True)
     tmp = Path(tempfile.mkdtemp(dir=target.parent, prefix=f".{target.name}-"))
     try:
-        model.save_pretrained(tmp)
+        with _quiet_transformers():
+            model.save_pretrained(tmp)
         tok.save_pretrained(tmp)
         (tmp / "ditto.json").write_text(json.dumps({"title": title, "gguf_sha256": sha, "converted_s": round(time.monotonic() - t0, 1)}))
         if target.exists():
@@ -578,11 +581,17 @@ def tiny_random(device: torch.device | None = None, seed: int = 0, vocab_size: i
 
 @contextlib.contextmanager
 def _quiet_transformers():
+    """No transformers progress bars or info chatter on stderr while loading: Ditto reports
+    its own progress (to the terminal, or as $/progress to the editor)."""
     from transformers.utils import logging as hf_logging
 
     level = hf_logging.get_verbosity()
+    bars = hf_logging.is_progress_bar_enabled()
     hf_logging.set_verbosity_error()
+    hf_logging.disable_progress_bar()
     try:
         yield
     finally:
         hf_logging.set_verbosity(level)
+        if bars:
+            hf_logging.enable_progress_bar()
