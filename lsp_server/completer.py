@@ -282,6 +282,5 @@ def calibrate(engine: Engine, lm, fresh: bool = False, n_max: int = 9) -> dict[i
 
 def _cut(text: str, line: int, col: int) -> tuple[str, str]:
     """The document split at 0-based (line, col): (text before the cursor, text after it)."""
-    lines = text.split("\n")
-    offset = sum(len(l) + 1 for l in lines[:line]) + col
-    return text[:offset], text[offset:]
+    above, typed, after, below = split_at(text, line, col)
+    return above + typed, after + below
