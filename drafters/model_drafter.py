@@ -12,7 +12,8 @@ general rule (accept with min(1, p/q), else resample from norm(max(p - q, 0))) k
 output distribution exact.
 
 `HybridDrafter`: n-gram lookup first; the model only where the n-gram drafter has no
-confident match; draft length from a cost model (see its docstring).
+confident match and the cost model, counting the draft model's catch-up on the prompt,
+says it pays (see its docstring).
 
 This is the one drafter module that needs torch. It takes a loaded model object with
 `forward(ids, cache, logits_to_keep) -> logits [n, V]`, `new_cache()`, `vocab_size` and
@@ -136,6 +137,16 @@ class ModelDrafter:
     def reset(self) -> None:
         self._ids, self._cache = [], None
 
+    def pending(self, context: Sequence[int]) -> int:
+        """Tokens the next draft of `context` must run through the draft model before its
+        first new token (the part of the context its cache does not hold; at least 1)."""
+        if self._cache is None:
+            return max(1, len(context))
+        keep, limit = 0, min(len(self._ids), len(context) - 1)
+        while keep < limit and self._ids[keep] == context[keep]:
+            keep += 1
+        return max(1, len(context) - keep)
+
     def _sync(self, context: Sequence[int]) -> torch.Tensor:
         """Make the cache hold `context` and return the logits [V] for the token after it."""
         if self._cache is None:
@@ -204,11 +215,14 @@ class ModelDrafter:
 @dataclass
 class CostModel:
     """Forward-pass costs in milliseconds: target_ms[n - 1] = T(n), one target pass over n
-    new tokens; draft_ms = one draft-model pass over one token. Costs past the measured
+    new tokens; draft_ms = one draft-model pass over one token; draft_token_ms = each
+    further token in one draft-model pass (its prefill rate), so a draft pass over m
+    tokens costs draft_ms + (m - 1) x draft_token_ms. Target costs past the measured
     range are extrapolated linearly from the last two points."""
 
     target_ms: list[float]
     draft_ms: float
+    draft_token_ms: float = 0.0
 
     def target(self, n: int) -> float:
         t = self.target_ms
@@ -217,19 +231,33 @@ class CostModel:
         slope = (t[-1] - t[-2]) if len(t) >= 2 else t[-1]
         return t[-1] + slope * (n - len(t))
 
-    def rate(self, a: float, k: int, draft_passes: int) -> float:
+    def draft(self, k: int, pending: int = 1) -> float:
+        """Cost of drafting k tokens when the draft model must first run `pending` tokens
+        (its first pass covers them; then k - 1 one-token passes)."""
+        if k <= 0:
+            return 0.0
+        return self.draft_ms + max(0, pending - 1) * self.draft_token_ms + (k - 1) * self.draft_ms
+
+    def rate(self, a: float, k: int, draft_passes: int, extra_ms: float | None = None) -> float:
         """Expected tokens per millisecond for draft length k at acceptance rate a:
         E(k) = (1 - a^(k+1)) / (1 - a) tokens per target pass, over T(k + 1) plus the
-        drafter's passes."""
+        drafting cost (`extra_ms` when given, else `draft_passes` one-token draft passes)."""
         a = min(max(a, 0.0), 0.999)
         expected = (1 - a ** (k + 1)) / (1 - a)
-        return expected / (self.target(k + 1) + draft_passes * self.draft_ms)
+        drafting = draft_passes * self.draft_ms if extra_ms is None else extra_ms
+        return expected / (self.target(k + 1) + drafting)
 
-    def best_k(self, a: float, k_max: int, per_token_draft: bool) -> tuple[int, float]:
-        """The draft length in 0..k_max with the highest rate (0: drafting does not pay)."""
+    def best_k(self, a: float, k_max: int, per_token_draft: bool, pending: int = 1,
+               scale: float = 1.0) -> tuple[int, float]:
+        """The draft length in 0..k_max with the highest rate (0: drafting does not pay).
+
+        per_token_draft: each draft token costs a draft-model pass, the first of them
+        over `pending` tokens; `scale` corrects the predicted drafting cost by what was
+        measured (HybridDrafter)."""
         best = (0, self.rate(a, 0, 0))
         for k in range(1, k_max + 1):
-            r = self.rate(a, k, k if per_token_draft else 0)
+            extra = scale * self.draft(k, pending) if per_token_draft else 0.0
+            r = self.rate(a, k, 0, extra)
             if r > best[1]:
                 best = (k, r)
         return best
@@ -237,27 +265,37 @@ class CostModel:
     @classmethod
     def measure(cls, target, draft=None, ns: Sequence[int] = (1, 2, 4, 8), context: int = 64,
                 reps: int = 2, target_ms: Sequence[float] | None = None) -> "CostModel":
-        """Time T(n) of `target` (and one pass of `draft`) on a cache of `context` tokens.
+        """Time T(n) of `target` (and the draft model's passes) on a cache of `context` tokens.
 
         Takes the minimum over `reps` runs; points between the measured n are
         interpolated linearly. A few seconds for a 1.5B model on a CPU. With `target_ms`
         given (the engine's calibration, so that the hybrid and the engine's adaptive
-        speculation share one cost model) only the draft pass is timed.
+        speculation share one cost model) only the draft model is timed: one pass over
+        one token, and one over `context` tokens for its prefill rate.
         """
-        def timed(lm, n: int) -> float:
+        def timed(lm, n: int, ctx: int = context, keep: int = 0) -> float:
+            # keep=0: logits for every row (a verify pass); 1: the last row (a draft pass)
             cache = lm.new_cache()
-            ids = [(i * 7919) % max(2, min(lm.vocab_size, 50000)) for i in range(context + n)]
-            lm.forward(ids[:context], cache, logits_to_keep=1)
+            ids = [(i * 7919) % max(2, min(lm.vocab_size, 50000)) for i in range(ctx + n)]
+            if ctx:
+                lm.forward(ids[:ctx], cache, logits_to_keep=1)
             best = float("inf")
             for _ in range(reps):
                 t0 = time.perf_counter()
-                lm.forward(ids[context:], cache)
+                lm.forward(ids[ctx:], cache, logits_to_keep=keep)
                 best = min(best, (time.perf_counter() - t0) * 1000)
                 cache.crop(-n)
             return best
 
+        def draft_costs() -> tuple[float, float]:
+            if draft is None:
+                return 0.0, 0.0
+            one = timed(draft, 1, keep=1)
+            many = timed(draft, context, ctx=1, keep=1)
+            return one, max(0.0, (many - one) / max(1, context - 1))
+
         if target_ms is not None:
-            return cls(list(target_ms), timed(draft, 1) if draft is not None else 0.0)
+            return cls(list(target_ms), *draft_costs())
         points = {n: timed(target, n) for n in ns}
         top = max(ns)
         target_ms = []
@@ -266,8 +304,7 @@ class CostModel:
             hi = min(m for m in ns if m >= n)
             w = 0.0 if hi == lo else (n - lo) / (hi - lo)
             target_ms.append(points[lo] * (1 - w) + points[hi] * w)
-        draft_ms = timed(draft, 1) if draft is not None else 0.0
-        return cls(target_ms, draft_ms)
+        return cls(target_ms, *draft_costs())
 
 
 @dataclass
@@ -291,25 +328,31 @@ class HybridStats:
 
 
 class HybridDrafter:
-    """N-gram lookup first, the draft model where lookup has nothing confident to say.
+    """N-gram lookup first, the draft model only where it is expected to pay.
 
     Rule, per step (k_max = the engine's k):
 
     1. Ask the n-gram drafter. Its proposal is *confident* when the matched n-gram has at
        least `min_match` tokens and at least `min_agreement` of the matched positions
        continue with the proposed first token (`Proposal.agreement`). A confident
-       proposal is taken (n-gram drafts cost nothing, and a long, agreed match is the
-       case where they are accepted most); the engine's adaptive speculation, when on,
-       then trims it to the length that pays, as it does for the ngram drafter
+       proposal is taken without running the model; the engine's adaptive speculation
+       then trims it to the length that pays, exactly as for the ngram drafter
        (`sizes_drafts` is False for n-gram proposals, True for model ones).
-    2. Otherwise compare expected tokens per millisecond, with the cost model
-       (`CostModel.rate`): rate(a, k) = E(k) / (T(k + 1) + draft passes x t_draft),
-       E(k) = (1 - a^(k+1)) / (1 - a), T(n) the target's cost for a pass over n tokens,
-       t_draft one draft-model pass (n-gram drafts: 0 passes; model drafts: k passes):
-       - n-gram: a = running acceptance of n-gram drafts, k <= the proposal's length;
-       - model: a = running acceptance of model drafts, k in 1..k_max;
-       - no draft: rate(a, 0) = 1 / T(1).
-       The best of the three wins, with its k. The model is run only if it wins.
+    2. Otherwise compare expected tokens per millisecond with the cost model
+       (`CostModel`): rate = E(k) / (T(k + 1) + drafting cost), E(k) = (1 - a^(k+1)) /
+       (1 - a), T(n) the target's cost for a pass over n tokens.
+       - n-gram (or no draft): the value the engine's adaptive speculation will get
+         from this proposal (`speculation().best(proposal, "hybrid")`, which includes
+         k = 0, plain decoding at 1 / T(1)); without a speculation object, the running
+         n-gram acceptance with `CostModel.best_k`;
+       - model: a = running acceptance of model drafts, k in 1..k_max, drafting cost =
+         the draft model's passes *including the tokens it must first catch up on*
+         (`ModelDrafter.pending`: the whole prompt on a cold cache, one or two tokens
+         after an accepted step), times a correction learned from timing its real
+         drafts (`draft_scale`).
+       The model runs only if it wins. So where a draft pass is dear (a CPU, a cold
+       draft cache) the hybrid decodes as the ngram drafter does, and where it is cheap
+       (a GPU, a warm cache) it drafts with the model wherever lookup is silent.
     The running acceptance rates are learned from the contexts themselves: the next call's
     context shows how much of the previous proposal the target kept (the longest common
     prefix of the proposal and the tokens appended since), so the engine needs no
@@ -325,13 +368,18 @@ class HybridDrafter:
     sizes_drafts = False
 
     def __init__(self, ngram: NGramDrafter, model: ModelDrafter, costs: CostModel, *, min_match: int = 3,
-                 min_agreement: float = 0.5, prior_ngram: float = 0.6, prior_model: float = 0.6):
+                 min_agreement: float = 0.5, prior_ngram: float = 0.6, prior_model: float = 0.6,
+                 speculation=None):
         self.ngram = ngram
         self.model = model
         self.costs = costs
         self.min_match = min_match
         self.min_agreement = min_agreement
+        # The engine's adaptive speculation (an object with best(proposal, drafter) ->
+        # (k, tokens per ms)), or a callable returning it; None: value n-gram drafts here.
+        self.speculation = speculation
         self.acc = {"ngram": _Acceptance(prior_ngram), "model": _Acceptance(prior_model)}
+        self.draft_scale = 1.0  # measured / predicted drafting cost (moving average)
         self.stats = HybridStats()
         self._last: tuple[str, list[int], list[int]] | None = None  # (kind, context, proposal)
 
@@ -366,33 +414,46 @@ class HybridDrafter:
             return  # the sequence stopped mid-draft; no verdict
         self.acc[kind].update(len(draft), accepted)
 
-    def choose(self, proposal: Proposal, k: int) -> tuple[str, int]:
+    def _speculation(self):
+        spec = self.speculation
+        return spec() if callable(spec) and not hasattr(spec, "best") else spec
+
+    def confident(self, proposal: Proposal) -> bool:
+        return bool(proposal.tokens and proposal.match_len >= self.min_match
+                    and (proposal.agreement is None or proposal.agreement >= self.min_agreement))
+
+    def choose(self, proposal: Proposal, k: int, context: Sequence[int] = ()) -> tuple[str, int]:
         """("ngram" | "model" | "none", draft length) for this step; see the class docstring."""
-        if (proposal.tokens and proposal.match_len >= self.min_match
-                and (proposal.agreement is None or proposal.agreement >= self.min_agreement)):
+        if self.confident(proposal):
             return "ngram", len(proposal.tokens)
         c = self.costs
-        options = [("none", 0, c.rate(0.0, 0, 0))]
-        if proposal.tokens:
+        spec = self._speculation()
+        if spec is not None:
+            kn, rn = spec.best(proposal, self.name) if proposal.tokens else (0, 1.0 / c.target(1))
+            kn = len(proposal.tokens) if kn else 0  # the engine trims an n-gram draft itself
+        else:
             kn, rn = c.best_k(self.acc["ngram"].rate, min(k, len(proposal.tokens)), per_token_draft=False)
-            if kn:
-                options.append(("ngram", kn, rn))
-        km, rm = c.best_k(self.acc["model"].rate, k, per_token_draft=True)
-        if km:
-            options.append(("model", km, rm))
-        kind, n, _ = max(options, key=lambda o: o[2])
-        return kind, n
+        pending = self.model.pending(context) if context else 1
+        km, rm = c.best_k(self.acc["model"].rate, k, per_token_draft=True, pending=pending, scale=self.draft_scale)
+        if km and rm > rn:
+            return "model", km
+        return ("ngram", kn) if kn else ("none", 0)
 
     def propose(self, context: Sequence[int], k: int, hidden: object | None = None) -> Proposal:
         self._learn(context)
         if k <= 0:
             return Proposal([], source="")
         ng = self.ngram.propose(context, k)
-        kind, n = self.choose(ng, k)
+        kind, n = self.choose(ng, k, context)
         if kind == "ngram":
             out = Proposal(ng.tokens[:n], source=ng.source, match_len=ng.match_len, agreement=ng.agreement)
         elif kind == "model":
+            predicted = self.costs.draft(n, self.model.pending(context))
+            t0 = time.perf_counter()
             out = self.model.draft(context, n)
+            if predicted > 0:
+                measured = (time.perf_counter() - t0) * 1000
+                self.draft_scale += 0.3 * (min(max(measured / predicted, 0.25), 20.0) - self.draft_scale)
         else:
             out = Proposal([], source="")
         self.sizes_drafts = kind == "model"

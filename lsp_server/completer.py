@@ -152,7 +152,9 @@ class Completer:
                 calibrated = getattr(self.engine, "speculation", None)
                 target_ms = [calibrated.cost(n) for n in range(1, 10)] if calibrated is not None else None
                 costs = CostModel.measure(self.lm, self._model_drafters[spec].lm, target_ms=target_ms)
-                self._hybrids[spec] = HybridDrafter(self.ngram, self._model_drafters[spec], costs)
+                # N-gram drafts are valued as the engine's adaptive speculation will trim them.
+                self._hybrids[spec] = HybridDrafter(self.ngram, self._model_drafters[spec], costs,
+                                                    speculation=lambda: self.engine.speculation)
             return self._hybrids[spec]
         raise ValueError(f"unknown drafter {name!r}: use one of {', '.join(DRAFTERS)}")
 
@@ -257,7 +259,9 @@ def calibrate(engine: Engine, lm, fresh: bool = False, n_max: int = 9) -> dict[i
     from .model import cache_dir
 
     path = cache_dir() / "calibration.json"
-    key = f"{lm.spec}|{lm.device}|{lm.dtype}|cpus={os.cpu_count()}"
+    import torch
+
+    key = f"{lm.spec}|{lm.device}|{lm.dtype}|cpus={os.cpu_count()}|threads={torch.get_num_threads()}"
     stored: dict = {}
     try:
         stored = json.loads(path.read_text())

@@ -168,18 +168,22 @@ class Speculation:
         (n0, t0), (n1, t1) = pts[-2], pts[-1]
         return t1 + (t1 - t0) / max(1, n1 - n0) * (n - n1)
 
-    def choose(self, proposal: Proposal, drafter: str = "") -> int:
-        if not proposal.tokens:
-            return 0
-        a = min(self._a(drafter, proposal.match_len)[1], 0.98)
+    def best(self, proposal: Proposal, drafter: str = "") -> tuple[int, float]:
+        """(draft length to verify, expected tokens per ms); length 0 is plain decoding."""
         best_k, best = 0, 1.0 / self.cost(1)
+        if not proposal.tokens:
+            return best_k, best
+        a = min(self._a(drafter, proposal.match_len)[1], 0.98)
         expected = 1.0
         for k in range(1, len(proposal.tokens) + 1):
             expected += a**k
             value = expected / self.cost(k + 1)
             if value > best:
                 best_k, best = k, value
-        return best_k
+        return best_k, best
+
+    def choose(self, proposal: Proposal, drafter: str = "") -> int:
+        return self.best(proposal, drafter)[0]
 
     def observe(self, match_len: int, verified: int, accepted: int, drafter: str = "") -> None:
         key, a = self._a(drafter, match_len)

@@ -272,6 +272,80 @@ def test_hybrid_drafts_nothing_when_the_model_does_not_pay(lm):
     assert prop.tokens == [] and model.calls == 0 and hybrid.stats.none == 1
 
 
+def test_hybrid_counts_the_draft_models_catch_up_on_the_prompt(lm):
+    """A cold draft cache must first run the whole prompt: on a CPU that costs more than a
+    draft saves, so the hybrid decodes plainly; once the cache holds the context, it drafts."""
+    cold_dear = CostModel(target_ms=CHEAP_VERIFY.target_ms, draft_ms=1.0, draft_token_ms=2.0)
+    model = Recording(lm)
+    hybrid = HybridDrafter(NGramDrafter(), model, cold_dear)
+    ctx = list(range(50, 80))  # no repeated n-gram; 30 tokens to catch up: ~60 ms against a 10 ms target pass
+    assert model.pending(ctx) == 30
+    assert hybrid.propose(ctx, 4).tokens == [] and model.calls == 0 and hybrid.stats.none == 1
+    model.draft(ctx, 1)  # now the draft cache holds the context
+    model.calls = 0
+    assert model.pending(ctx + [81]) <= 2
+    prop = hybrid.propose(ctx + [81], 4)
+    assert model.calls == 1 and prop.source == "model" and prop.tokens
+
+
+class FixedSpeculation:
+    """Stands in for the engine's Speculation: fixed value of an n-gram proposal."""
+
+    def __init__(self, k, rate):
+        self.k, self.rate, self.seen = k, rate, []
+
+    def best(self, proposal, drafter=""):
+        self.seen.append((list(proposal.tokens), drafter))
+        return self.k, self.rate
+
+
+def test_hybrid_values_a_weak_ngram_draft_as_the_engine_will(lm):
+    ctx = [9, 1, 2, 60, 61, 62, 63, 1, 2]  # a 2-token match: not confident
+    # The engine's speculation expects little from the weak match: the model wins.
+    model = Recording(lm)
+    hybrid = HybridDrafter(NGramDrafter(), model, CHEAP_VERIFY, speculation=FixedSpeculation(0, 1 / 10.0))
+    prop = hybrid.propose(ctx, 4)
+    assert model.calls == 1 and prop.source == "model"
+    assert hybrid.speculation.seen and hybrid.speculation.seen[0][1] == "hybrid"
+    # It expects more from the same match than a model draft can give: the n-gram draft is
+    # passed on whole, for the engine to trim, and the model never runs.
+    model = Recording(lm)
+    spec = FixedSpeculation(1, 10.0)
+    hybrid = HybridDrafter(NGramDrafter(), model, CHEAP_VERIFY, speculation=lambda: spec)  # a getter works too
+    prop = hybrid.propose(ctx, 4)
+    assert model.calls == 0 and prop.tokens[:1] == [60] and prop.match_len == 2 and not hybrid.sizes_drafts
+
+
+def test_hybrid_corrects_its_drafting_cost_by_what_it_measured(lm):
+    import time as _time
+
+    class Slow(Recording):
+        def draft(self, context, k):
+            _time.sleep(0.02)
+            return super().draft(context, k)
+
+    # A draft pass predicted at 2 ms pays against a 10 ms target pass; one measured at 20+ ms does not.
+    optimistic = CostModel(target_ms=[10.0, 10.1, 10.2, 10.3, 10.4, 10.5, 10.6, 10.7, 10.8], draft_ms=2.0)
+    hybrid = HybridDrafter(NGramDrafter(), Slow(lm), optimistic)
+    ctx = list(range(50, 80))
+    assert hybrid.propose(ctx, 1).source == "model"
+    assert hybrid.draft_scale > 3  # 20+ ms measured against 2 ms predicted
+    calls = hybrid.model.calls
+    for i in range(4):  # the corrected cost no longer pays
+        hybrid.propose(ctx + list(range(81, 82 + i)), 1)
+    assert hybrid.model.calls == calls and hybrid.stats.none == 4
+
+
+def test_speculation_best_is_what_choose_verifies():
+    from lsp_server.engine import Speculation
+
+    spec = Speculation({1: 10.0, 2: 11.0, 4: 13.0, 9: 18.0})
+    prop = Proposal([1, 2, 3, 4, 5], match_len=6)
+    k, rate = spec.best(prop, "ngram")
+    assert k == spec.choose(prop, "ngram") and k > 0 and rate > 1 / 10.0
+    assert spec.best(Proposal([]), "ngram") == (0, 1 / 10.0)
+
+
 def test_hybrid_learns_acceptance_from_the_next_context(lm):
     hybrid = HybridDrafter(NGramDrafter(), ModelDrafter(lm, target=lm), CHEAP_VERIFY, prior_model=0.5)
     ctx = list(range(50, 80))
@@ -296,6 +370,8 @@ def test_cost_model_rule():
 def test_cost_model_measures_a_model(lm):
     costs = CostModel.measure(lm, lm, ns=(1, 2, 4), context=8, reps=1)
     assert len(costs.target_ms) == 4 and all(t > 0 for t in costs.target_ms) and costs.draft_ms > 0
+    assert costs.draft_token_ms >= 0 and costs.draft(3, pending=9) == pytest.approx(
+        3 * costs.draft_ms + 8 * costs.draft_token_ms)
 
 
 def test_completer_builds_every_drafter_and_loads_the_draft_model_once(lm, monkeypatch):
