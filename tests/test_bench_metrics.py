@@ -51,6 +51,17 @@ def test_completion_summary_from_hand_made_records():
     assert [m["task"] for m in metrics.mismatches(RECORDS)] == ["t2"]
 
 
+def test_steps_by_draft_source_are_summed_and_reported():
+    recs = [dict(r) for r in RECORDS]
+    recs[2]["steps"] = {"ngram": 3, "model": 1, "plain": 1}
+    recs[3]["steps"] = {"ngram": 2, "model": 0, "plain": 8}
+    s = metrics.summarise_completion(recs)
+    assert s["ngram"]["steps"] == {"ngram": 5, "model": 1, "plain": 9}
+    assert s["ngram"]["tasks_with_model_draft"] == 1 and s["off"]["steps"] is None
+    table = report.steps_table(s)
+    assert "| ngram | 15 | 33.3% | 6.7% | 60.0% | 1 |" in table and "| off |" not in table
+
+
 def test_unfinished_tasks_do_not_count():
     s = metrics.summarise_completion(RECORDS + [rec("t3", "off", 9000, 8000)])  # ngram never ran t3
     assert s["off"]["tasks"] == 2

@@ -79,6 +79,12 @@ def test_completion_systems_identical_to_off_and_share_prefill(lm):
     assert o["accepted"] == o["drafted"]
     if off["generated"] > 1:
         assert o["target_passes"] < off["target_passes"]
+    # Passes by draft source add up to the target passes; off never drafts, the oracle only drafts its reference.
+    for s in ("off", "ngram", "oracle"):
+        assert sum(recs[s]["steps"].values()) == recs[s]["target_passes"]
+    assert recs["off"]["steps"]["plain"] == off["target_passes"]
+    assert recs["oracle"]["steps"]["ngram"] == recs["oracle"]["steps"]["model"] == 0
+    assert recs["hf-greedy"]["steps"] is None
     assert completer.engine.cached_keys() == []  # the task's cache entry is dropped afterwards
     json.dumps(list(recs.values()))  # records are JSON-able
 

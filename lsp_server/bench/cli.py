@@ -128,7 +128,9 @@ def run(args) -> int:
     if adaptive:
         from ..completer import calibrate
 
-        calibrate(completer.engine, lm)  # pass costs for the adaptive draft length, as the server does at load
+        # Pass costs for the adaptive draft length, measured afresh as the server does at load:
+        # a benchmark must not run on costs stored under another load or thread count.
+        pass_costs = calibrate(completer.engine, lm, fresh=True)
     bench = Bench(lm, completer, opts, lookup_tokens=args.lookup_tokens)
     meta = {
         "mode": args.mode, "repo": str(Path(args.repo).resolve()), "since": args.since, "seed": args.seed or 0,
@@ -139,6 +141,8 @@ def run(args) -> int:
         "tasks_harvested": len(h.tasks), "candidates": h.candidates, "commits_scanned": h.commits_scanned,
         "commits_skipped": h.commits_skipped, "note": args.note,
     }
+    if adaptive:
+        meta["pass_costs_ms"] = {str(n): round(ms, 1) for n, ms in pass_costs.items()}
     records: list[dict] = []
     done_tasks: list = []
     partial, stopped = False, ""
@@ -189,6 +193,12 @@ def run(args) -> int:
             signal.signal(sig, handler)
     meta.update({"tasks_run": len(done_tasks), "partial": partial, "stopped": stopped,
                  "wall_s": round(time.time() - started, 1)})
+    hybrid = next(iter(getattr(completer, "_hybrids", {}).values()), None)
+    if hybrid is not None:
+        st = hybrid.stats
+        meta["hybrid"] = {"draft_ms": round(hybrid.costs.draft_ms, 2), "draft_token_ms": round(hybrid.costs.draft_token_ms, 3),
+                          "draft_scale": round(hybrid.draft_scale, 3), "model_acceptance": round(hybrid.acc["model"].rate, 3),
+                          "steps": {"ngram": st.ngram, "model": st.model, "none": st.none}}
     summary = metrics.summarise_keystroke(records) if args.mode == "keystroke" else metrics.summarise_completion(records)
     results = {"meta": meta, "summary": summary,
                "task_list": [t.public() for t in done_tasks], "tasks": records,

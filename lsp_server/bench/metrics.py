@@ -135,10 +135,24 @@ def summarise_completion(records: list[dict], reference: str = "off") -> dict:
             "decode_speedup_median": _r(statistics.median(dratios) if dratios else None),
             "decode_speedup_geomean": _r(geomean(dratios)),
             "acceptance_by_position": _by_position(rs),
+            "steps": _steps(rs),
+            "tasks_with_model_draft": sum(1 for r in rs if (r.get("steps") or {}).get("model")),
             "buckets": _buckets(rs, sp, dsp, s, "copyable"),
             "buckets_buffers": _buckets(rs, sp, dsp, s, "copyable_buffers"),
         }
     return summary
+
+
+def _steps(rs: list[dict]) -> dict | None:
+    """Target passes summed by draft source (records without "steps" — transformers systems — give None)."""
+    have = [r["steps"] for r in rs if r.get("steps")]
+    if not have:
+        return None
+    out: dict[str, int] = {}
+    for st in have:
+        for k, v in st.items():
+            out[k] = out.get(k, 0) + v
+    return out
 
 
 def _complete_tasks(records: list[dict], systems: list[str]) -> set[str]:

@@ -55,6 +55,20 @@ def bucket_table(summary: dict, field: str = "buckets") -> str:
     return "\n".join(rows)
 
 
+def steps_table(summary: dict) -> str:
+    """Target passes by what drafted them (shows where the hybrid ran its draft model)."""
+    head = "| system | target passes | n-gram draft | model draft | no draft | tasks with a model draft |"
+    rows = [head, "|" + "---|" * (head.count("|") - 1)]
+    for s, v in summary.items():
+        st = v.get("steps")
+        if not st or s in ("off", "oracle"):
+            continue
+        total = sum(st.values()) or 1
+        rows.append(f"| {s} | {total} | {_pct(st.get('ngram', 0) / total)} | {_pct(st.get('model', 0) / total)} | "
+                    f"{_pct(st.get('plain', 0) / total)} | {v.get('tasks_with_model_draft', '–')} |")
+    return "\n".join(rows) if len(rows) > 2 else ""
+
+
 def keystroke_table(summary: dict) -> str:
     head = ("| system | requests | tasks | tts p50 ms | tts p95 ms | tts p50 ms (model answered) | prefill tokens mean | reused tokens mean | "
             "prompt tokens mean | typethrough hits | p50 gain vs noreuse | p50 gain (model answered) | prefill gain vs noreuse |")
@@ -79,6 +93,15 @@ def markdown(results: dict) -> str:
                f"adaptive draft length {meta.get('adaptive', '–')}, context {meta.get('context_tokens')} tokens; wall time {_f(meta.get('wall_s'), 0)} s"
                + ("; **partial run** (" + meta.get("stopped", "") + ")" if meta.get("partial") else ""))
     out.append(f"- command: `{meta.get('command')}`")
+    if meta.get("pass_costs_ms"):
+        costs = ", ".join(f"T({n}) {ms:.0f}" for n, ms in meta["pass_costs_ms"].items())
+        out.append(f"- target pass costs measured at the start of the run (ms): {costs}")
+    if meta.get("hybrid"):
+        hy = meta["hybrid"]
+        out.append(f"- hybrid at the end of the run: draft model pass {_f(hy.get('draft_ms'), 1)} ms + "
+                   f"{_f(hy.get('draft_token_ms'), 2)} ms per extra token (measured), drafting-cost correction "
+                   f"{_f(hy.get('draft_scale'), 2)}×, model acceptance estimate {_f(hy.get('model_acceptance'), 2)}; "
+                   f"steps: {hy.get('steps')}")
     if meta.get("note"):
         out.append(f"- note: {meta['note']}")
     out.append("")
@@ -92,6 +115,7 @@ def markdown(results: dict) -> str:
                 "transformers systems are timed end to end with the same token budget. Speedups are per-task ratios "
                 "against `off`.", "",
                 "## Speedup by copyable fraction (document + open buffers)", "", bucket_table(summary, "buckets"), "",
+                "## Target passes by draft source", "", steps_table(summary), "",
                 "## Speedup by copyable fraction (open buffers only)", "", bucket_table(summary, "buckets_buffers"), ""]
         mm = results.get("mismatches") or []
         out += ["## Outputs that differ from `off`", ""]

@@ -118,6 +118,7 @@ class Run:
     drafted_at: list[int]
     accepted_at: list[int]
     stop_reason: str
+    steps: dict | None = None  # target passes by draft source: {"ngram": n, "model": n, "plain": n}
 
     def as_dict(self) -> dict:
         from dataclasses import asdict
@@ -156,8 +157,18 @@ def run_ditto(completer, task, system: str, options, cache_key: str | None, refe
     s = sug.completion.stats
     run = Run(sug.text, list(sug.completion.tokens), s.generated, sug.latency_ms, s.prefill_ms, s.decode_ms,
               s.prefill_tokens, s.reused_tokens, len(sug.prompt.ids), s.target_passes,
-              s.drafted, s.accepted, list(s.drafted_at), list(s.accepted_at), s.stop_reason)
+              s.drafted, s.accepted, list(s.drafted_at), list(s.accepted_at), s.stop_reason,
+              steps_by_source(sug.completion.rounds))
     return run, sug
+
+
+def steps_by_source(rounds) -> dict:
+    """Target passes by what drafted them: "model", "ngram" (any lookup source), "oracle", "plain" (no draft)."""
+    out = {"ngram": 0, "model": 0, "oracle": 0, "plain": 0}
+    for r in rounds:
+        kind = "plain" if not r.proposed else r.source if r.source in ("model", "oracle") else "ngram"
+        out[kind] += 1
+    return out
 
 
 def _complete_with(completer, drafter, task, text, line, col, options, cache_key):
