@@ -429,8 +429,9 @@ class HybridDrafter:
         c = self.costs
         spec = self._speculation()
         if spec is not None:
-            kn, rn = spec.best(proposal, self.name) if proposal.tokens else (0, 1.0 / c.target(1))
-            kn = len(proposal.tokens) if kn else 0  # the engine trims an n-gram draft itself
+            # Pass the whole n-gram draft on: the engine trims it (to nothing if that pays
+            # best) and, as for the ngram drafter, lets an untried estimate drift back.
+            kn, rn = len(proposal.tokens), spec.best(proposal, self.name)[1] if proposal.tokens else 1.0 / c.target(1)
         else:
             kn, rn = c.best_k(self.acc["ngram"].rate, min(k, len(proposal.tokens)), per_token_draft=False)
         pending = self.model.pending(context) if context else 1

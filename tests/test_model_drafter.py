@@ -102,9 +102,12 @@ def test_draft_cache_is_resynced_by_common_prefix(lm):
 @pytest.mark.parametrize("seed", range(4))
 def test_greedy_hybrid_equals_drafting_off(lm, other, seed):
     rng = random.Random(100 + seed)
+    from lsp_server.engine import Speculation
+
     engine = Engine(lm)
-    for costs in (CHEAP_VERIFY, DEAR_DRAFT):
-        hybrid = HybridDrafter(NGramDrafter(), ModelDrafter(other, target=lm), costs)
+    engine.speculation = Speculation({n + 1: t for n, t in enumerate(CHEAP_VERIFY.target_ms)})
+    for costs, spec in ((CHEAP_VERIFY, None), (DEAR_DRAFT, None), (CHEAP_VERIFY, engine.speculation)):
+        hybrid = HybridDrafter(NGramDrafter(), ModelDrafter(other, target=lm), costs, speculation=spec)
         for _ in range(3):
             prompt = random_prompt(rng, lm)
             ref = engine.generate(prompt, options=DecodeOptions(max_new_tokens=40, draft_max=0))
@@ -301,7 +304,7 @@ class FixedSpeculation:
 
 def test_hybrid_values_a_weak_ngram_draft_as_the_engine_will(lm):
     ctx = [9, 1, 2, 60, 61, 62, 63, 1, 2]  # a 2-token match: not confident
-    # The engine's speculation expects little from the weak match: the model wins.
+    # The engine's speculation expects little from the weak match (it would verify none of it): the model wins.
     model = Recording(lm)
     hybrid = HybridDrafter(NGramDrafter(), model, CHEAP_VERIFY, speculation=FixedSpeculation(0, 1 / 10.0))
     prop = hybrid.propose(ctx, 4)
@@ -314,6 +317,12 @@ def test_hybrid_values_a_weak_ngram_draft_as_the_engine_will(lm):
     hybrid = HybridDrafter(NGramDrafter(), model, CHEAP_VERIFY, speculation=lambda: spec)  # a getter works too
     prop = hybrid.propose(ctx, 4)
     assert model.calls == 0 and prop.tokens[:1] == [60] and prop.match_len == 2 and not hybrid.sizes_drafts
+    # Neither pays: the n-gram draft still goes to the engine, which trims it to nothing and
+    # lets its estimate for such matches drift back (as it does for the ngram drafter).
+    model = Recording(lm)
+    hybrid = HybridDrafter(NGramDrafter(), model, DEAR_DRAFT, speculation=FixedSpeculation(0, 1 / 10.0))
+    prop = hybrid.propose(ctx, 4)
+    assert model.calls == 0 and prop.tokens[:1] == [60] and not hybrid.sizes_drafts
 
 
 def test_hybrid_corrects_its_drafting_cost_by_what_it_measured(lm):
