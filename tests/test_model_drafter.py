@@ -27,13 +27,7 @@ CHEAP_VERIFY = CostModel(target_ms=[10.0, 10.5, 11.0, 11.5, 12.0, 12.5, 13.0, 13
 DEAR_DRAFT = CostModel(target_ms=[10.0, 25.0, 40.0, 55.0, 70.0, 85.0, 100.0, 115.0, 130.0], draft_ms=10.0)
 
 
-@pytest.fixture(scope="module", autouse=True)
-def one_thread():
-    # Many tiny passes: thread hand-offs would cost more than the arithmetic.
-    before = torch.get_num_threads()
-    torch.set_num_threads(1)
-    yield
-    torch.set_num_threads(before)
+pytestmark = pytest.mark.usefixtures("one_thread")  # tests/conftest.py
 
 
 @pytest.fixture(scope="module")

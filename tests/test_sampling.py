@@ -21,13 +21,7 @@ LENGTH = 3
 PROMPT = [1, 5, 2, 5, 2]
 
 
-@pytest.fixture(scope="module", autouse=True)
-def one_thread():
-    # Thousands of tiny passes: thread hand-offs would cost more than the arithmetic.
-    before = torch.get_num_threads()
-    torch.set_num_threads(1)
-    yield
-    torch.set_num_threads(before)
+pytestmark = pytest.mark.usefixtures("one_thread")  # tests/conftest.py
 
 
 @pytest.fixture(scope="module")
