@@ -137,25 +137,24 @@ class ModelDrafter:
     def reset(self) -> None:
         self._ids, self._cache = [], None
 
-    def pending(self, context: Sequence[int]) -> int:
-        """Tokens the next draft of `context` must run through the draft model before its
-        first new token (the part of the context its cache does not hold; at least 1)."""
-        if self._cache is None:
-            return max(1, len(context))
+    def _keep(self, context: Sequence[int]) -> int:
+        """Length of the cached prefix that `context` shares (never all of it: the last token is always run)."""
         keep, limit = 0, min(len(self._ids), len(context) - 1)
         while keep < limit and self._ids[keep] == context[keep]:
             keep += 1
-        return max(1, len(context) - keep)
+        return keep
+
+    def pending(self, context: Sequence[int]) -> int:
+        """Tokens the next draft of `context` must run through the draft model before its
+        first new token (the part of the context its cache does not hold; at least 1)."""
+        return max(1, len(context) - self._keep(context))
 
     def _sync(self, context: Sequence[int]) -> torch.Tensor:
         """Make the cache hold `context` and return the logits [V] for the token after it."""
         if self._cache is None:
             self._cache = self.lm.new_cache()
             self._ids = []
-        keep = 0
-        limit = min(len(self._ids), len(context) - 1)  # always run at least the last token
-        while keep < limit and self._ids[keep] == context[keep]:
-            keep += 1
+        keep = self._keep(context)
         if keep == 0 and self._ids:
             self._cache, self._ids = self.lm.new_cache(), []
         elif keep < len(self._ids):
@@ -375,8 +374,9 @@ class HybridDrafter:
         self.costs = costs
         self.min_match = min_match
         self.min_agreement = min_agreement
-        # The engine's adaptive speculation (an object with best(proposal, drafter) ->
-        # (k, tokens per ms)), or a callable returning it; None: value n-gram drafts here.
+        # A callable returning the engine's adaptive speculation (an object with
+        # best(proposal, drafter) -> (k, tokens per ms); a getter, since the engine replaces
+        # it when it recalibrates) or returning None; None: value n-gram drafts here.
         self.speculation = speculation
         self.acc = {"ngram": _Acceptance(prior_ngram), "model": _Acceptance(prior_model)}
         self.draft_scale = 1.0  # measured / predicted drafting cost (moving average)
@@ -414,27 +414,23 @@ class HybridDrafter:
             return  # the sequence stopped mid-draft; no verdict
         self.acc[kind].update(len(draft), accepted)
 
-    def _speculation(self):
-        spec = self.speculation
-        return spec() if callable(spec) and not hasattr(spec, "best") else spec
-
     def confident(self, proposal: Proposal) -> bool:
         return bool(proposal.tokens and proposal.match_len >= self.min_match
                     and (proposal.agreement is None or proposal.agreement >= self.min_agreement))
 
-    def choose(self, proposal: Proposal, k: int, context: Sequence[int] = ()) -> tuple[str, int]:
-        """("ngram" | "model" | "none", draft length) for this step; see the class docstring."""
+    def choose(self, proposal: Proposal, k: int, pending: int = 1) -> tuple[str, int]:
+        """("ngram" | "model" | "none", draft length) for this step; see the class docstring.
+        `pending`: tokens the draft model must catch up on first (ModelDrafter.pending)."""
         if self.confident(proposal):
             return "ngram", len(proposal.tokens)
         c = self.costs
-        spec = self._speculation()
+        spec = self.speculation() if self.speculation is not None else None
         if spec is not None:
             # Pass the whole n-gram draft on: the engine trims it (to nothing if that pays
             # best) and, as for the ngram drafter, lets an untried estimate drift back.
             kn, rn = len(proposal.tokens), spec.best(proposal, self.name)[1] if proposal.tokens else 1.0 / c.target(1)
         else:
             kn, rn = c.best_k(self.acc["ngram"].rate, min(k, len(proposal.tokens)), per_token_draft=False)
-        pending = self.model.pending(context) if context else 1
         km, rm = c.best_k(self.acc["model"].rate, k, per_token_draft=True, pending=pending, scale=self.draft_scale)
         if km and rm > rn:
             return "model", km
@@ -445,11 +441,12 @@ class HybridDrafter:
         if k <= 0:
             return Proposal([], source="")
         ng = self.ngram.propose(context, k)
-        kind, n = self.choose(ng, k, context)
+        pending = 1 if self.confident(ng) else self.model.pending(context)
+        kind, n = self.choose(ng, k, pending)
         if kind == "ngram":
             out = Proposal(ng.tokens[:n], source=ng.source, match_len=ng.match_len, agreement=ng.agreement)
         elif kind == "model":
-            predicted = self.costs.draft(n, self.model.pending(context))
+            predicted = self.costs.draft(n, pending)
             t0 = time.perf_counter()
             out = self.model.draft(context, n)
             if predicted > 0:

@@ -100,7 +100,7 @@ def test_greedy_hybrid_equals_drafting_off(lm, other, seed):
 
     engine = Engine(lm)
     engine.speculation = Speculation({n + 1: t for n, t in enumerate(CHEAP_VERIFY.target_ms)})
-    for costs, spec in ((CHEAP_VERIFY, None), (DEAR_DRAFT, None), (CHEAP_VERIFY, engine.speculation)):
+    for costs, spec in ((CHEAP_VERIFY, None), (DEAR_DRAFT, None), (CHEAP_VERIFY, lambda: engine.speculation)):
         hybrid = HybridDrafter(NGramDrafter(), ModelDrafter(other, target=lm), costs, speculation=spec)
         for _ in range(3):
             prompt = random_prompt(rng, lm)
@@ -300,21 +300,22 @@ def test_hybrid_values_a_weak_ngram_draft_as_the_engine_will(lm):
     ctx = [9, 1, 2, 60, 61, 62, 63, 1, 2]  # a 2-token match: not confident
     # The engine's speculation expects little from the weak match (it would verify none of it): the model wins.
     model = Recording(lm)
-    hybrid = HybridDrafter(NGramDrafter(), model, CHEAP_VERIFY, speculation=FixedSpeculation(0, 1 / 10.0))
+    spec = FixedSpeculation(0, 1 / 10.0)
+    hybrid = HybridDrafter(NGramDrafter(), model, CHEAP_VERIFY, speculation=lambda: spec)
     prop = hybrid.propose(ctx, 4)
     assert model.calls == 1 and prop.source == "model"
-    assert hybrid.speculation.seen and hybrid.speculation.seen[0][1] == "hybrid"
+    assert spec.seen and spec.seen[0][1] == "hybrid"
     # It expects more from the same match than a model draft can give: the n-gram draft is
     # passed on whole, for the engine to trim, and the model never runs.
     model = Recording(lm)
     spec = FixedSpeculation(1, 10.0)
-    hybrid = HybridDrafter(NGramDrafter(), model, CHEAP_VERIFY, speculation=lambda: spec)  # a getter works too
+    hybrid = HybridDrafter(NGramDrafter(), model, CHEAP_VERIFY, speculation=lambda: spec)
     prop = hybrid.propose(ctx, 4)
     assert model.calls == 0 and prop.tokens[:1] == [60] and prop.match_len == 2 and not hybrid.sizes_drafts
     # Neither pays: the n-gram draft still goes to the engine, which trims it to nothing and
     # lets its estimate for such matches drift back (as it does for the ngram drafter).
     model = Recording(lm)
-    hybrid = HybridDrafter(NGramDrafter(), model, DEAR_DRAFT, speculation=FixedSpeculation(0, 1 / 10.0))
+    hybrid = HybridDrafter(NGramDrafter(), model, DEAR_DRAFT, speculation=lambda: FixedSpeculation(0, 1 / 10.0))
     prop = hybrid.propose(ctx, 4)
     assert model.calls == 0 and prop.tokens[:1] == [60] and not hybrid.sizes_drafts
 
