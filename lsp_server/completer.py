@@ -158,6 +158,10 @@ class Completer:
             return self._hybrids[spec]
         raise ValueError(f"unknown drafter {name!r}: use one of {', '.join(DRAFTERS)}")
 
+    def hybrids(self) -> list:
+        """The hybrid drafters built so far (one per draft-model spec), for reports."""
+        return list(self._hybrids.values())
+
     def complete(self, text: str, line: int, col: int, *, name: str | None = None, options: DecodeOptions | None = None,
                  drafter: str | None = None, cancel: threading.Event | None = None, cache_key: str | None = None,
                  others: list[tuple[str, str]] | None = None) -> Suggestion:

@@ -193,7 +193,7 @@ def run(args) -> int:
             signal.signal(sig, handler)
     meta.update({"tasks_run": len(done_tasks), "partial": partial, "stopped": stopped,
                  "wall_s": round(time.time() - started, 1)})
-    hybrid = next(iter(getattr(completer, "_hybrids", {}).values()), None)
+    hybrid = next(iter(completer.hybrids()), None)
     if hybrid is not None:
         st = hybrid.stats
         meta["hybrid"] = {"draft_ms": round(hybrid.costs.draft_ms, 2), "draft_token_ms": round(hybrid.costs.draft_token_ms, 3),
