@@ -13,7 +13,8 @@ from __future__ import annotations
 
 import dataclasses
 import re
-from dataclasses import dataclass, fields
+import json
+from dataclasses import dataclass, field, fields
 
 
 class SettingsError(ValueError):
@@ -27,6 +28,10 @@ class Settings:
     device: str = "auto"  # auto | cpu | cuda | cuda:N
     dtype: str = "auto"  # auto | float32 | bfloat16 | float16
     trust_remote_code: bool = False  # let a model directory's own Python code run
+    # A remote engine's transport (model = http[s]://HOST:PORT/v1#NAME; docs/team.md): {"headers": {...}
+    # (never logged; values may use ${DITTO_*} variables), "caFile", "certFile", "keyFile", "body": {extra
+    # request fields}, "connectTimeoutS"}. Not in repr: the headers carry credentials.
+    remote: dict = field(default_factory=dict, repr=False)
     # -- decoding ------------------------------------------------------------------------
     drafter: str = "ngram"  # none | ngram | model | hybrid
     draft_model: str = "qwen2.5-coder-0.5b"  # model spec of the model / hybrid drafters (same tokenizer as model)
@@ -44,7 +49,7 @@ class Settings:
     debug_documents: bool = False  # answer `ditto/debug/document` (the server's text of an open document)
     debug_fail_forward: bool = False  # every model pass raises a simulated out-of-memory error after running
 
-    MODEL_KEYS = ("model", "device", "dtype", "trust_remote_code")
+    MODEL_KEYS = ("model", "device", "dtype", "trust_remote_code", "remote")
 
     def model_key(self) -> tuple:
         return tuple(getattr(self, k) for k in self.MODEL_KEYS)
@@ -66,7 +71,7 @@ class Settings:
             "draft_model": getattr(args, "draft_model", cls.draft_model), "max_tokens": args.max_tokens,
             "draft_max": args.draft_max, "temperature": args.temperature, "top_p": args.top_p, "top_k": args.top_k,
             "seed": args.seed, "time_budget_s": args.time_budget if args.time_budget is not None else cls.time_budget_s,
-            "multiline": not args.single_line,
+            "multiline": not args.single_line, "remote": _json_arg("--remote", getattr(args, "remote", None)),
         })
 
     def merged(self, options, unknown: list[str] | None = None) -> "Settings":
@@ -119,7 +124,17 @@ _TYPES = {
     "debug_documents": bool, "debug_fail_forward": bool,
     "max_tokens": int, "draft_max": int, "top_k": int, "seed": (int, type(None)),
     "temperature": float, "top_p": float, "time_budget_s": (float, type(None)), "debug_step_delay_ms": float,
+    "remote": dict,
 }
+
+
+def _json_arg(flag: str, text: str | None) -> dict:
+    if not text:
+        return {}
+    try:
+        return json.loads(text)
+    except ValueError as err:
+        raise SettingsError(f"{flag} must be a JSON object: {err}") from None
 
 
 def _snake(key: str) -> str:
@@ -134,5 +149,13 @@ def _check(name: str, value, default):
     if float in wants and isinstance(value, int) and not isinstance(value, bool):
         return float(value)
     if not isinstance(value, wants):
-        raise SettingsError(f"setting {name!r} must be a {wants[0].__name__}, got {value!r}")
+        shown = "{...}" if name == "remote" else repr(value)
+        raise SettingsError(f"setting {name!r} must be a {wants[0].__name__}, got {shown}")
+    if name == "remote":
+        from .remote_backend import check_remote_setting
+
+        try:
+            return check_remote_setting(value)
+        except ValueError as err:  # the message names keys, never header values
+            raise SettingsError(f"setting 'remote': {err}") from None
     return value
