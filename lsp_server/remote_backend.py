@@ -723,11 +723,12 @@ class RemoteGenerator:
     def __init__(self, model: RemoteModel):
         self.model = model
         self.engine = None
-        self.problem: str | None = None  # kind of the current outage, None while healthy
+        self.problem: str | None = None  # kind of failure that began the current outage, None while healthy
         self.counts = {"requests": 0, "ok": 0, "errors": 0, "cancelled": 0, "stop_rule": 0, "time": 0}
         self.first_piece_ms: deque = deque(maxlen=1000)
         self.intervals: deque = deque(maxlen=4000)  # (start, first piece or None, end, outcome), wall clock
         self.in_flight = 0
+        self.pieces = 0  # streamed pieces received, counted as they arrive (tests wait on it)
         stop_texts = {model.token_text(t) for t in model.stop_ids}
         self.stop_texts = sorted(t for t in stop_texts if t.strip())
 
@@ -782,9 +783,14 @@ class RemoteGenerator:
 
         def on_piece(piece: str) -> bool:
             nonlocal text
+            if cancel.is_set():  # checked here too, so a stream that keeps coming stops at once
+                raise _Stop("cancelled")
+            if deadline is not None and time.monotonic() >= deadline:
+                raise _Stop("time")
             if first[0] is None:
                 first[0] = time.perf_counter()
             pieces[0] += 1  # one event is one token on llama.cpp; vLLM may send several in one
+            self.pieces += 1
             if not piece:
                 return False
             text += piece
@@ -838,9 +844,13 @@ class RemoteGenerator:
         return Generated(text, Completion([], stats, []), notice)
 
     def _failed(self, err: RemoteError) -> str | None:
-        """Count a failure; log it and return the notice only when it starts an outage (or a new kind of one)."""
+        """Count a failure; log it and return the notice only when it starts an outage.
+
+        An outage lasts until a request succeeds, whatever its failures are (an engine going
+        down resets the open stream, then refuses connections: one outage, one message).
+        """
         self.counts["errors"] += 1
-        if self.problem == err.kind:
+        if self.problem is not None:
             log.debug("engine still failing: %s", err)
             return None
         self.problem = err.kind
@@ -849,7 +859,7 @@ class RemoteGenerator:
         return msg
 
     def stats(self, intervals: bool = False) -> dict:
-        out = {**self.counts, "url": self.model.endpoint.url, "engine": self.model.endpoint.engine,
+        out = {**self.counts, "in_flight": self.in_flight, "pieces": self.pieces, "url": self.model.endpoint.url, "engine": self.model.endpoint.engine,
                "tokenizer": self.model.tokenizer.source, "failing": self.problem,
                "first_piece_ms": {"p50": _percentile(self.first_piece_ms, 50),
                                   "p95": _percentile(self.first_piece_ms, 95)}}
