@@ -411,3 +411,17 @@ def test_engine_down_slow_erroring_or_garbage_is_one_message_and_recovers(engine
     assert text.count("answers again") == 2  # the two outages of one loaded model (the others reloaded it)
     for where in (text, (tmp_path / "stderr.txt").read_text()):
         assert KEY not in where and "wrong-key" not in where
+
+
+def test_a_team_storm_loses_nothing_and_survives_an_engine_restart(engine):
+    """Two clients, each its own `ditto-lsp serve`, on the one engine; the engine is killed and
+    restarted mid-storm: every request is answered, no client dies, each gets suggestions again."""
+    from lsp_server.storm import team_storm
+
+    out = team_storm(engine.spec(), clients=2, edits=100, engine=engine, kill_at=0.2, down_s=0.5,
+                     serve_args=["--remote", json.dumps(REMOTE)], server_env=ENV, max_tokens=8)
+    assert out["lost"] == 0 and out["failed_clients"] == [], out
+    assert out["engine_concurrency"]["streams_generating_at_once_max"] == 1  # llama_cpp.server: one at a time
+    for row in out["per_client"]:
+        assert row["answered"] == row["requests"] and row["engine_errors"] >= 1  # it saw the outage
+        assert row["recovered_s_after_restart"] is not None, row  # and a suggestion after it
