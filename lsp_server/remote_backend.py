@@ -15,9 +15,11 @@ Spec: ``http[s]://HOST[:PORT]/PATH#NAME[&tokenizer=TOK][&engine=ENGINE]``
   ``raw: true`` (its OpenAI endpoint would wrap the FIM prompt in a chat template);
 - NAME: the served model's name, sent as ``model`` (optional for single-model engines);
 - ``tokenizer``: where prompt budgets are counted (`load_tokenizer`): a packaged model
-  (``qwen2.5-coder-0.5b``), a ``.gguf`` file (its vocabulary), a ``tokenizer.json``, a
-  local model directory, or ``chars`` (an estimate, `CharTokenizer`); ``auto`` (the
-  default) takes a packaged model of the family NAME names, else the estimate;
+  (``qwen2.5-coder-0.5b``), a ``.gguf`` file (its vocabulary), ``ollama:NAME[:TAG]`` (the
+  GGUF a local Ollama store holds, lsp_server/ollama.py), a ``tokenizer.json``, a local
+  model directory, or ``chars`` (an estimate, `CharTokenizer`); ``auto`` (the default)
+  takes, for Ollama, the served model from a local Ollama store if it is there, else an
+  installed packaged model of the family NAME names, else the estimate;
 - ``engine``: ``openai`` (standard fields only), ``llama.cpp`` (adds
   ``repeat_penalty: 1``: llama-cpp-python's server defaults to 1.1, which is not greedy),
   ``vllm`` (adds ``skip_special_tokens: false`` so the FIM stop tokens reach the stop
@@ -252,7 +254,8 @@ class GGUFTokenizer:
         self.source = str(path)
         vocab = self.vocabulary()
         self.fim = find_fim_tokens(vocab)
-        self.stop_ids = stop_token_ids(vocab, [int(self._llm.token_eos())], self.fim)
+        eos = [int(self._llm.token_eos()), int(llama_cpp.llama_vocab_eot(self._llm._model.vocab))]
+        self.stop_ids = stop_token_ids(vocab, [t for t in eos if t >= 0], self.fim)
 
     def encode(self, text: str) -> list[int]:
         return self._llm.tokenize(text.encode("utf-8"), add_bos=False, special=True) if text else []
@@ -346,7 +349,7 @@ def _family(name: str | None) -> tuple | None:
     return next((names for key, names in FAMILIES.items() if key in low), None)
 
 
-def load_tokenizer(choice: str, served: str | None, say: Progress):
+def load_tokenizer(choice: str, served: str | None, say: Progress, engine: str = "openai"):
     """The local tokenizer for a remote model (see the module docstring); never downloads."""
     from .packaged import PACKAGED, cache_dir, converted_dir, is_converted, joined_path
 
@@ -365,9 +368,24 @@ def load_tokenizer(choice: str, served: str | None, say: Progress):
             return tok
         return None
 
+    def ollama(spec: str):
+        from .ollama import resolve
+
+        blob, shown = resolve(spec, say)
+        tok = GGUFTokenizer(blob)
+        tok.source = f"{shown} (Ollama store, {blob})"
+        return tok
+
     if choice == "chars":
         return CharTokenizer(_family(served))
+    if choice.startswith("ollama:"):
+        return ollama(choice)
     if choice == "auto":
+        if engine == "ollama" and served:
+            try:
+                return ollama(f"ollama:{served}")
+            except ModelError:
+                pass  # not pulled on this machine: go on
         low = (served or "").lower().replace("_", "-").replace(":", "-")
         if "qwen2.5-coder" in low:
             # Every Qwen2.5-Coder size has the one vocabulary: any installed packaged copy serves.
@@ -395,8 +413,8 @@ def load_tokenizer(choice: str, served: str | None, say: Progress):
     if path.is_file() and path.suffix == ".json":
         return HFTokenizer(path, str(path))
     known = ", ".join(["auto", "chars", *PACKAGED])
-    raise ModelError(f"tokenizer {choice!r}: use {known}, a .gguf file, a tokenizer.json or a model directory "
-                     f"holding one (cache: {cache_dir()})")
+    raise ModelError(f"tokenizer {choice!r}: use {known}, ollama:NAME[:TAG], a .gguf file, a tokenizer.json or a "
+                     f"model directory holding one (cache: {cache_dir()})")
 
 
 # ------------------------------------------------------------------------------------------
@@ -455,7 +473,7 @@ def load(spec: str, remote: dict | None, say: Progress) -> RemoteModel:
         if path and not Path(path).expanduser().is_file():
             raise ModelError(f"remote TLS file {path!r} does not exist")
     say(f"remote engine {endpoint.url} ({endpoint.engine}); loading the local tokenizer", None)
-    tok = load_tokenizer(endpoint.tokenizer, endpoint.served, say)
+    tok = load_tokenizer(endpoint.tokenizer, endpoint.served, say, endpoint.engine)
     return RemoteModel(endpoint, tok, transport)
 
 

@@ -301,7 +301,8 @@ class DittoServer(LanguageServer):
 
             self.completer = None
             lm = load(settings.model, device=settings.device, dtype=settings.dtype,
-                      trust_remote_code=settings.trust_remote_code, remote=settings.remote,
+                      trust_remote_code=settings.trust_remote_code, backend=settings.backend,
+                      remote=settings.remote,
                       progress=lambda msg, frac: loop.call_soon_threadsafe(report, msg, frac))
             completer = Completer(lm, engine=Engine(StepHook(lm, self._before_step, self._after_step)),
                                   settings=CompleterSettings(drafter=settings.drafter, multiline=settings.multiline,

@@ -27,6 +27,7 @@ class Settings:
     model: str = "default"  # default | qwen2.5-coder-0.5b | tiny-random | FILE.gguf | DIR | hub id
     device: str = "auto"  # auto | cpu | cuda | cuda:N
     dtype: str = "auto"  # auto | float32 | bfloat16 | float16
+    backend: str = "auto"  # auto | torch | llama.cpp (lsp_server/model.py choose_backend)
     trust_remote_code: bool = False  # let a model directory's own Python code run
     # A remote engine's transport (model = http[s]://HOST:PORT/v1#NAME; docs/team.md): {"headers": {...}
     # (never logged; values may use ${DITTO_*} variables), "caFile", "certFile", "keyFile", "body": {extra
@@ -49,7 +50,7 @@ class Settings:
     debug_documents: bool = False  # answer `ditto/debug/document` (the server's text of an open document)
     debug_fail_forward: bool = False  # every model pass raises a simulated out-of-memory error after running
 
-    MODEL_KEYS = ("model", "device", "dtype", "trust_remote_code", "remote")
+    MODEL_KEYS = ("model", "device", "dtype", "backend", "trust_remote_code", "remote")
 
     def model_key(self) -> tuple:
         return tuple(getattr(self, k) for k in self.MODEL_KEYS)
@@ -67,6 +68,7 @@ class Settings:
         """From `ditto-lsp serve` arguments (cli.add_model_args / add_decode_args)."""
         return cls().merged({
             "model": args.model, "device": args.device, "dtype": args.dtype,
+            "backend": getattr(args, "backend", cls.backend),
             "trust_remote_code": args.trust_remote_code, "drafter": args.drafter,
             "draft_model": getattr(args, "draft_model", cls.draft_model), "max_tokens": args.max_tokens,
             "draft_max": args.draft_max, "temperature": args.temperature, "top_p": args.top_p, "top_k": args.top_k,
@@ -112,6 +114,7 @@ class Settings:
             ("time_budget_s", self.time_budget_s is None or self.time_budget_s > 0, "> 0 or null"),
             ("debug_step_delay_ms", 0 <= self.debug_step_delay_ms <= 10_000, "in [0, 10000]"),
             ("model", bool(self.model.strip()), "a non-empty model spec"),
+            ("backend", self.backend in ("auto", "torch", "llama.cpp"), "auto, torch or llama.cpp"),
         ]
         for name, ok, want in checks:
             if not ok:
@@ -119,7 +122,7 @@ class Settings:
 
 
 _TYPES = {
-    "model": str, "device": str, "dtype": str, "drafter": str, "draft_model": str,
+    "model": str, "device": str, "dtype": str, "backend": str, "drafter": str, "draft_model": str,
     "trust_remote_code": bool, "multiline": bool, "debug_notify_steps": bool,
     "debug_documents": bool, "debug_fail_forward": bool,
     "max_tokens": int, "draft_max": int, "top_k": int, "seed": (int, type(None)),
