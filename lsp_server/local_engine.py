@@ -9,10 +9,12 @@ restart it. It reads the engine's own output: llama.cpp prints a timing block ("
 prove that a closed connection stops generation.
 
 `tiny_text_gguf` writes the tiny random model (lsp_server/tiny_gguf.py) with the rows of
-every token that is not valid UTF-8 on its own set to zero (the output head is tied, so
-those logits are 0 and never the argmax among hundreds of random ones): engines drop or
-replace invalid bytes each in their own way, so only a model that writes text can be
-compared text for text across runtimes.
+some tokens set to zero (the output head is tied, so their logits are 0 and never the
+argmax among hundreds of random ones): every token that is not valid UTF-8 on its own
+(engines drop or replace invalid bytes each in their own way) and the FIM markers
+(llama.cpp ends a stream only at end-of-generation tokens and shows a marker as no text,
+where Ditto's local engine stops; a trained FIM model does not write them in a middle).
+Only such a model can be compared text for text across runtimes.
 
 Left out on purpose: anything a user runs in production (docs/team.md names the engines).
 """
@@ -49,7 +51,11 @@ def tiny_text_gguf(path: str | Path) -> Path:
     raw = write_tiny_gguf(path.with_suffix(".raw.gguf"))
     vocab = llama_cpp.Llama(str(raw), vocab_only=True, verbose=False)
     bad = []
+    v = vocab._model.vocab
     for t in range(vocab.n_vocab()):
+        if llama_cpp.llama_vocab_is_control(v, t) and not llama_cpp.llama_vocab_is_eog(v, t):
+            bad.append(t)
+            continue
         try:
             vocab.detokenize([t], special=False).decode("utf-8")
         except UnicodeDecodeError:
@@ -69,7 +75,7 @@ class LlamaCppServer:
 
     def __init__(self, gguf: str | Path, port: int | None = None, *, alias: str = "tiny", n_ctx: int = 4096,
                  api_key: str | None = None, log_dir: str | Path | None = None, threads: int = 1,
-                 interrupt_requests: bool = False):
+                 interrupt_requests: bool = False, flash_attn: bool = False):
         self.gguf = Path(gguf)
         self.port = port or free_port()
         self.alias = alias
@@ -77,6 +83,11 @@ class LlamaCppServer:
         self.api_key = api_key
         self.threads = threads
         self.interrupt_requests = interrupt_requests
+        # Off by default: llama.cpp's CPU flash attention makes a token's logits depend on how the
+        # prompt was split into passes (measured on the tiny model: top logit 10.19 in one pass,
+        # 10.07 after a 400-token pass, argmax flipped), and this server splits where its prompt
+        # cache ends. Without it, any split gives the same logits to ~1e-5.
+        self.flash_attn = flash_attn
         self.log_dir = Path(log_dir or self.gguf.parent)
         self.proc: subprocess.Popen | None = None
         self.starts = 0
@@ -96,7 +107,8 @@ class LlamaCppServer:
             raise RuntimeError("the engine is already running")
         cmd = [sys.executable, "-m", "llama_cpp.server", "--model", str(self.gguf), "--host", "127.0.0.1",
                "--port", str(self.port), "--n_ctx", str(self.n_ctx), "--n_threads", str(self.threads),
-               "--model_alias", self.alias, "--interrupt_requests", str(self.interrupt_requests)]
+               "--model_alias", self.alias, "--interrupt_requests", str(self.interrupt_requests),
+               "--flash_attn", str(self.flash_attn)]
         if self.api_key:
             cmd += ["--api_key", self.api_key]
         env = {**os.environ, "PYTHONUNBUFFERED": "1", "OMP_NUM_THREADS": str(self.threads)}

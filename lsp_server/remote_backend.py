@@ -36,6 +36,7 @@ Left out on purpose: LSP (the server shows the one-line `notice`), prompts and s
 
 from __future__ import annotations
 
+import ctypes
 import errno
 import http.client
 import json
@@ -239,7 +240,12 @@ class HFTokenizer:
 
 
 class GGUFTokenizer:
-    """A GGUF file's vocabulary through llama.cpp (vocab_only: no weights are read)."""
+    """A GGUF file's vocabulary through llama.cpp (vocab_only: no weights are read).
+
+    `decode` joins each token's bytes: llama.cpp's own detokenizer also "cleans" spaces
+    before punctuation (" ." -> ".") for some vocabularies (those it reads as GPT-2's), which
+    would change the prompt text sent to the engine.
+    """
 
     def __init__(self, path: Path):
         try:
@@ -252,6 +258,8 @@ class GGUFTokenizer:
         except Exception as err:  # llama.cpp raises ValueError / RuntimeError for unreadable files
             raise ModelError(f"cannot read the vocabulary of {path.name}: {err}") from None
         self.source = str(path)
+        self._lib = llama_cpp
+        self._pieces: dict[int, bytes] = {}
         vocab = self.vocabulary()
         self.fim = find_fim_tokens(vocab)
         eos = [int(self._llm.token_eos()), int(llama_cpp.llama_vocab_eot(self._llm._model.vocab))]
@@ -261,7 +269,18 @@ class GGUFTokenizer:
         return self._llm.tokenize(text.encode("utf-8"), add_bos=False, special=True) if text else []
 
     def decode(self, ids: Sequence[int]) -> str:
-        return self._llm.detokenize(list(ids), special=True).decode("utf-8", errors="replace")
+        return b"".join(self._piece(int(t)) for t in ids).decode("utf-8", errors="replace")
+
+    def _piece(self, tid: int) -> bytes:
+        piece = self._pieces.get(tid)
+        if piece is None:
+            buf = ctypes.create_string_buffer(256)
+            n = self._lib.llama_token_to_piece(self._llm._model.vocab, tid, buf, 256, 0, True)
+            if n < 0:
+                buf = ctypes.create_string_buffer(-n)
+                n = self._lib.llama_token_to_piece(self._llm._model.vocab, tid, buf, -n, 0, True)
+            piece = self._pieces[tid] = buf.raw[:max(n, 0)]
+        return piece
 
     def token_text(self, tid: int) -> str:
         return self.decode([tid])
