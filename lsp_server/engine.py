@@ -74,10 +74,6 @@ class Round:
     ms: float
     offered: int = 0  # draft tokens the drafter offered before the engine chose how many to verify
 
-    @property
-    def gained(self) -> int:
-        return self.accepted + 1
-
 
 @dataclass
 class Stats:
