@@ -129,3 +129,36 @@ async def test_scheduler_answers_a_queued_superseded_job_at_once():
     assert await newer == "new"
     sched.close()
     assert sched.join(5)
+
+
+async def test_scheduler_idle_job_runs_when_nothing_waits_and_yields_to_a_request():
+    """Idle work (prefill while the user pauses) runs only on an idle worker, and a request
+    stops it at its next check: the request waits for one step of it, never for all of it."""
+    sched = Scheduler()
+    started, steps, order = threading.Event(), [], []
+
+    def idle(cancel: threading.Event):
+        started.set()
+        while not cancel.is_set():  # a step of idle work, then the check
+            steps.append(1)
+            cancel.wait(0.005)
+        order.append("idle stopped")
+        return len(steps)
+
+    job = sched.idle(idle)
+    assert await asyncio.wrap_future(asyncio.run_coroutine_threadsafe(asyncio.to_thread(started.wait, 30),
+                                                                      asyncio.get_running_loop())) is True
+    assert not sched.busy  # idle work is not a pending request
+    assert await sched.run("doc", lambda cancel: order.append("request") or "answer") == "answer"
+    assert order == ["idle stopped", "request"]
+    assert job.future.done() and sched.idle_runs == 1 and sched.idle_cancelled == 1
+    # A newer idle job replaces one that has not started.
+    blocker = threading.Event()
+    sched.submit("doc", lambda cancel: blocker.wait(30))
+    first = sched.idle(lambda cancel: "first")
+    second = sched.idle(lambda cancel: "second")
+    blocker.set()
+    assert await asyncio.wrap_future(second.future) == "second"
+    assert first.future.cancelled()
+    sched.close()
+    assert sched.join(10)
