@@ -28,6 +28,10 @@ def configure(p: argparse.ArgumentParser) -> None:
     g.add_argument("--log-file", default=None, metavar="PATH", help="also write the log to PATH (it always goes to stderr)")
     add_model_args(p)
     add_decode_args(p)
+    t = p.add_argument_group("testing")
+    t.add_argument("--debug-hooks", action="store_true",
+                   help="let the client set the debug* settings (test hooks: slowed or failing model passes, "
+                        "ditto/debug/document); off, they are ignored with a warning. Never needed in an editor")
 
 
 def run(args) -> int:
