@@ -48,7 +48,8 @@ def add_decode_args(p: argparse.ArgumentParser) -> None:
                    help="draft model of --drafter model|hybrid; same tokenizer as --model (default qwen2.5-coder-0.5b)")
     g.add_argument("--max-tokens", type=int, default=Settings.max_tokens,
                    help="token budget of the completion (default 64)")
-    g.add_argument("--draft-max", type=int, default=Settings.draft_max, help="longest draft verified in one pass (default 8)")
+    g.add_argument("--draft-max", type=int, default=Settings.draft_max,
+                   help="longest draft verified in one pass (default 8)")
     g.add_argument("--temperature", type=float, default=Settings.temperature, help="0 = greedy (default)")
     g.add_argument("--top-p", type=float, default=Settings.top_p)
     g.add_argument("--top-k", type=int, default=Settings.top_k)

@@ -16,8 +16,9 @@ def configure(p: argparse.ArgumentParser) -> None:
     from .cli import add_decode_args, add_model_args
 
     p.description = ("Run the language server. Speaks LSP on stdin/stdout unless --tcp is given. "
-                     "Every option here can also be set by the editor as initializationOptions or "
-                     "workspace/didChangeConfiguration settings (e.g. {\"model\": \"tiny-random\", \"maxTokens\": 32}).")
+                     "Every model and decoding option here can also be set by the editor as initializationOptions "
+                     "or workspace/didChangeConfiguration settings (e.g. {\"model\": \"tiny-random\", "
+                     "\"maxTokens\": 32}); --debug-hooks cannot.")
     g = p.add_argument_group("transport")
     g.add_argument("--stdio", action="store_true", help="speak LSP on stdin/stdout (the default)")
     g.add_argument("--tcp", type=int, metavar="PORT", default=None,

@@ -28,7 +28,8 @@ def test_debug_settings_are_refused_unless_the_server_has_debug_hooks():
     assert s == Settings(max_tokens=3) and unknown == []
     assert refused == [*debug, "debugHooks"]
     on = Settings(debug_hooks=True).merged(debug)
-    assert (on.debug_step_delay_ms, on.debug_notify_steps, on.debug_documents, on.debug_fail_forward) == (5, True, True, True)
+    assert (on.debug_step_delay_ms, on.debug_notify_steps, on.debug_documents, on.debug_fail_forward) == \
+        (5, True, True, True)
     refused.clear()
     assert Settings(debug_hooks=True).merged({"debugHooks": False}, refused=refused).debug_hooks is True  # CLI only
     assert refused == ["debugHooks"]

@@ -264,3 +264,10 @@ def test_nvim_setup_options_reach_the_same_fields(tmp_path):
     only_changed(Settings().merged(every), **VALUES)
     assert (model["drafter"], model["draft_model"], model["adaptive"]) == ("model", "qwen2.5-coder-1.5b", False)
     assert r["warnings"] == ['Ditto: unknown setup() option "bogus" (ignored)']
+
+
+def test_editors_readme_has_a_row_per_setting():
+    rows = [line for line in (ROOT / "editors" / "README.md").read_text(encoding="utf-8").splitlines()
+            if line.startswith("| `")]
+    names = [re.match(r"\| `([^`]+)` \| `([^`]+)`", line).groups() for line in rows]
+    assert names == [(k, CHANGED[k][0][0]) for k in Settings.user_keys()]
