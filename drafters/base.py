@@ -4,10 +4,8 @@ A drafter proposes; it never decides acceptance. The engine verifies every propo
 against the target model, so a wrong draft costs time, never correctness.
 
 Left out on purpose: torch, LSP, tokenizers. Drafters see plain lists of token ids.
-A drafter whose proposals depend on the target model (a draft head such as Medusa or
-EAGLE, reading the target's last hidden state) gets that state through
-`Proposal`-returning `propose(context, k, hidden=...)`: the engine passes the last
-hidden state of the accepted prefix when the drafter sets `wants_hidden = True`.
+(A draft head reading the target's hidden state, such as Medusa or EAGLE, would need the
+engine to hand that state over; docs/drafters.md says how. Nothing needs it today.)
 """
 
 from __future__ import annotations
@@ -26,7 +24,9 @@ class Proposal:
     acceptance rule needs. `match_len` is the length of the n-gram that matched (0 when
     not applicable); `source` names where the draft came from, for traces and stats.
     `agreement` (n-gram lookup) is the fraction of matched positions whose continuation
-    starts with the first draft token; None when not applicable.
+    starts with the first draft token; None when not applicable. `paid` says the draft's
+    cost is already spent (a draft model ran a pass per token): the engine verifies it
+    whole instead of trimming it to the length that pays (drafters/speculation.py).
     """
 
     tokens: list[int] = field(default_factory=list)
@@ -34,6 +34,7 @@ class Proposal:
     match_len: int = 0
     probs: object | None = None
     agreement: float | None = None
+    paid: bool = False
 
     def __len__(self) -> int:
         return len(self.tokens)
@@ -49,9 +50,8 @@ class Drafter(Protocol):
     """
 
     name: str
-    wants_hidden: bool
 
-    def propose(self, context: Sequence[int], k: int, hidden: object | None = None) -> Proposal: ...
+    def propose(self, context: Sequence[int], k: int) -> Proposal: ...
 
     def update_source(self, name: str, tokens: Sequence[int]) -> None: ...
 

@@ -1,4 +1,4 @@
-"""N-gram lookup drafting over the open buffers (DESIGN.md section 3).
+"""N-gram lookup drafting over the open buffers (docs/design.md, "Drafting").
 
 Code repeats its identifiers, call shapes and boilerplate, so the next tokens are often
 a copy of tokens that follow the same n-gram somewhere already seen: in the prompt, in
@@ -109,7 +109,6 @@ class NGramDrafter:
     """Prompt-lookup drafting over the context plus any number of named sources."""
 
     name = "ngram"
-    wants_hidden = False
 
     def __init__(self, n_min: int = 2, n_max: int = 6, max_candidates: int = 64, max_tokens_per_source: int = 65536):
         self.n_min = n_min
@@ -161,7 +160,7 @@ class NGramDrafter:
         )
         return ordered
 
-    def propose(self, context: Sequence[int], k: int, hidden: object | None = None) -> Proposal:
+    def propose(self, context: Sequence[int], k: int) -> Proposal:
         if k <= 0 or len(context) < self.n_min:
             return Proposal([], source="", match_len=0)
         self._sync_context(context)

@@ -93,9 +93,6 @@ class Completer:
         self.ngram.forget_source(name)
         self.engine.forget(name)
 
-    def buffers(self) -> dict[str, str]:
-        return dict(self._buffers)
-
     # -- history: completions the user accepted ---------------------------------------------
     def accepted(self, text: str, after: str = "") -> None:
         """Remember an accepted completion (and the text typed right after it) for drafting.
@@ -124,8 +121,9 @@ class Completer:
 
         spec = spec or self.settings.draft_model
         if spec not in self._draft_models:
-            self._draft_models[spec] = load(spec, device=str(self.lm.device),
-                                            dtype=str(self.lm.dtype).removeprefix("torch."))
+            where = self.lm.describe()
+            self._draft_models[spec] = load(spec, device=where["device"], dtype=where["dtype"],
+                                            backend=where["backend"])
         return self._draft_models[spec]
 
     def drafter_for(self, name: str | None):
@@ -140,7 +138,8 @@ class Completer:
         if name == "ngram":
             return self.ngram
         if name in ("model", "hybrid"):
-            from drafters.model_drafter import CostModel, HybridDrafter, ModelDrafter
+            from drafters.model_drafter import HybridDrafter, ModelDrafter
+            from drafters.speculation import measure_draft_costs
 
             spec = self.settings.draft_model
             if spec not in self._model_drafters:
@@ -148,13 +147,15 @@ class Completer:
             if name == "model":
                 return self._model_drafters[spec]
             if spec not in self._hybrids:
-                # The engine's calibrated pass costs when it has them (one cost model for both).
-                calibrated = getattr(self.engine, "speculation", None)
-                target_ms = [calibrated.cost(n) for n in range(1, 10)] if calibrated is not None else None
-                costs = CostModel.measure(self.lm, self._model_drafters[spec].lm, target_ms=target_ms)
-                # N-gram drafts are valued as the engine's adaptive speculation will trim them.
-                self._hybrids[spec] = HybridDrafter(self.ngram, self._model_drafters[spec], costs,
-                                                    speculation=lambda: self.engine.speculation)
+                # One policy for the engine and the hybrid: the engine's, with the draft
+                # model's pass costs added (measured once per draft model).
+                policy = self.engine.speculation
+                if policy is None:
+                    self.engine.calibrate()
+                    policy = self.engine.speculation
+                if policy.draft_ms is None:
+                    policy.set_draft_costs(*measure_draft_costs(self._model_drafters[spec].lm))
+                self._hybrids[spec] = HybridDrafter(self.ngram, self._model_drafters[spec], policy)
             return self._hybrids[spec]
         raise ValueError(f"unknown drafter {name!r}: use one of {', '.join(DRAFTERS)}")
 
@@ -259,13 +260,14 @@ def calibrate(engine: Engine, lm, fresh: bool = False, n_max: int = 9) -> dict[i
     import json
     import os
 
-    from .engine import Speculation
-    from .model import cache_dir
-
-    path = cache_dir() / "calibration.json"
     import torch
 
-    key = f"{lm.spec}|{lm.device}|{lm.dtype}|cpus={os.cpu_count()}|threads={torch.get_num_threads()}"
+    from .packaged import cache_dir
+
+    path = cache_dir() / "calibration.json"
+    where = lm.describe()
+    key = (f"{lm.spec}|{where['backend']}|{where['device']}|{where['dtype']}|cpus={os.cpu_count()}"
+           f"|threads={torch.get_num_threads()}")
     stored: dict = {}
     try:
         stored = json.loads(path.read_text())
@@ -273,8 +275,8 @@ def calibrate(engine: Engine, lm, fresh: bool = False, n_max: int = 9) -> dict[i
         stored = {}
     if not fresh and key in stored:
         costs = {int(n): float(ms) for n, ms in stored[key].items()}
-        if costs:
-            engine.speculation = Speculation(costs)
+        if len(costs) >= 2:
+            engine.use_costs(costs)
             return costs
     costs = engine.calibrate(n_max=n_max)
     stored[key] = {str(n): round(ms, 3) for n, ms in costs.items()}

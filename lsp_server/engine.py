@@ -1,7 +1,10 @@
 """The decode loop: prefill, propose, verify, accept (exact speculative decoding).
 
 Torch only; knows nothing of LSP or tokenizers' text. One `Engine` wraps one loaded
-model and is used from one thread (the scheduler's model worker).
+model (the backend interface of lsp_server/backend.py: forward over new tokens with the
+logits of the last rows, new_cache, crop, release, stop_ids) and is used from one thread
+(the scheduler's model worker). How much of a draft to verify is the speculation
+policy's choice (drafters/speculation.py); the engine times nothing itself.
 
 Invariant of the loop: the KV cache holds every token of `seq` except the last one. A
 target pass feeds [seq[-1]] + draft (k + 1 tokens) and gets k + 1 rows of logits; row i
@@ -35,6 +38,8 @@ from typing import Callable, Sequence
 import torch
 
 from drafters.base import Drafter, Proposal
+from drafters.probs import filtered_probs
+from drafters.speculation import Speculation, measure_pass_costs
 
 StopRule = Callable[[list[int]], "int | None"]  # generated ids -> length to keep, or None to go on
 
@@ -122,84 +127,6 @@ class _KV:
     cache: object
 
 
-class Speculation:
-    """Chooses each draft's length so that expected tokens per second is highest.
-
-    With per-token acceptance a, verifying k draft tokens yields on average
-    E(k) = (1 - a^(k+1)) / (1 - a) tokens for one pass costing T(k + 1), where T(n) is the
-    measured time of a pass over n new tokens. The engine verifies the k (0 <= k <= the
-    offered draft) that maximises E(k) / T(k + 1); k = 0 is plain decoding. On a GPU
-    T(k + 1) ~ T(1) and long drafts pay; on a CPU a pass over 9 tokens can cost 2-3x
-    one token and only confident drafts do.
-
-    a is estimated per match-length bucket of the drafter (longer n-gram matches are
-    right more often) as a moving average of observed acceptance, starting from a prior
-    and drifting back to it while a bucket is not drafted from, so that a bad spell
-    cannot switch drafting off for good.
-    """
-
-    PRIOR = {0: 0.5, 1: 0.25, 2: 0.35, 3: 0.5, 4: 0.6, 6: 0.7}  # bucket (match length) -> a
-    RATE = 0.15  # weight of one observation
-    DRIFT = 0.02  # pull toward the prior per undrafted step
-
-    def __init__(self, costs_ms: dict[int, float]):
-        self.costs_ms = dict(sorted(costs_ms.items()))
-        self.acceptance: dict[tuple[str, int], float] = {}  # (drafter, bucket) -> a
-
-    def _a(self, drafter: str, match_len: int) -> tuple[tuple[str, int], float]:
-        key = (drafter, self.bucket(match_len))
-        return key, self.acceptance.get(key, self.PRIOR[key[1]])
-
-    @staticmethod
-    def bucket(match_len: int) -> int:
-        for b in (6, 4, 3, 2, 1):
-            if match_len >= b:
-                return b
-        return 0
-
-    def cost(self, n: int) -> float:
-        """T(n) in ms, linearly interpolated between measured points (extrapolated past the last)."""
-        pts = list(self.costs_ms.items())
-        if n in self.costs_ms:
-            return self.costs_ms[n]
-        for (n0, t0), (n1, t1) in zip(pts, pts[1:]):
-            if n0 < n < n1:
-                return t0 + (t1 - t0) * (n - n0) / (n1 - n0)
-        (n0, t0), (n1, t1) = pts[-2], pts[-1]
-        return t1 + (t1 - t0) / max(1, n1 - n0) * (n - n1)
-
-    def best(self, proposal: Proposal, drafter: str = "") -> tuple[int, float]:
-        """(draft length to verify, expected tokens per ms); length 0 is plain decoding."""
-        best_k, best = 0, 1.0 / self.cost(1)
-        if not proposal.tokens:
-            return best_k, best
-        a = min(self._a(drafter, proposal.match_len)[1], 0.98)
-        expected = 1.0
-        for k in range(1, len(proposal.tokens) + 1):
-            expected += a**k
-            value = expected / self.cost(k + 1)
-            if value > best:
-                best_k, best = k, value
-        return best_k, best
-
-    def choose(self, proposal: Proposal, drafter: str = "") -> int:
-        return self.best(proposal, drafter)[0]
-
-    def observe(self, match_len: int, verified: int, accepted: int, drafter: str = "") -> None:
-        key, a = self._a(drafter, match_len)
-        for i in range(min(verified, accepted + 1)):  # positions after the first rejection are unseen
-            a += self.RATE * ((1.0 if i < accepted else 0.0) - a)
-        self.acceptance[key] = a
-
-    def idle(self, match_len: int, drafter: str = "") -> None:
-        key, a = self._a(drafter, match_len)
-        self.acceptance[key] = a + self.DRIFT * (self.PRIOR[key[1]] - a)
-
-    def snapshot(self) -> dict:
-        return {"costs_ms": {str(k): round(v, 2) for k, v in self.costs_ms.items()},
-                "acceptance": {f"{d or 'drafter'}/match>={b}": round(v, 3) for (d, b), v in self.acceptance.items()}}
-
-
 class Engine:
     def __init__(self, lm, max_cached_docs: int = 8, max_cached_tokens: int = 32768):
         self.lm = lm
@@ -218,39 +145,29 @@ class Engine:
         return list(self._kv)
 
     def forget(self, key: str) -> None:
-        self._kv.pop(key, None)
+        state = self._kv.pop(key, None)
+        if state is not None:
+            self.lm.release(state.cache)
 
     def clear_cache(self) -> None:
-        self._kv.clear()
+        while self._kv:
+            self.lm.release(self._kv.popitem()[1].cache)
 
     def calibrate(self, n_max: int = 9, reps: int = 3, context: Sequence[int] | None = None) -> dict[int, float]:
-        """Measure T(n), the time of one pass over n new tokens, for the adaptive draft length.
-
-        Takes the best of `reps` timings per n over a 64-token context; returns {n: ms}.
-        """
-        ctx = list(context) if context else [(7 + 13 * i) % max(2, self.lm.vocab_size) for i in range(64)]
-        probe = [(11 + 17 * i) % max(2, self.lm.vocab_size) for i in range(n_max)]
+        """Measure T(n) (drafters/speculation.py measure_pass_costs) and use it; returns {n: ms}."""
         with self._lock:
-            cache = self.lm.new_cache()
-            self.lm.forward(ctx, cache, logits_to_keep=1)
-            self.lm.forward(probe[:1], cache)  # warm-up
-            cache.crop(-1)
-            points = sorted({1, 2, 3, 4, 6, n_max} & set(range(1, n_max + 1)))
-            costs = {n: float("inf") for n in points}
-            for _ in range(reps):  # interleaved, best of reps: a burst of load hits one sample, not one n
-                for n in points:
-                    t = time.perf_counter()
-                    self.lm.forward(probe[:n], cache)
-                    costs[n] = min(costs[n], (time.perf_counter() - t) * 1000)
-                    cache.crop(-n)
-        # Smooth out timing noise: a pass never gets cheaper with more tokens, and never
-        # costs more than running its tokens one by one.
-        for i, n in enumerate(points):
-            if i:
-                costs[n] = max(costs[n], costs[points[i - 1]])
-            costs[n] = min(costs[n], n * costs[1])
-        self.speculation = Speculation(costs)
+            costs = measure_pass_costs(self.lm, n_max=n_max, reps=reps, context=context)
+        self.use_costs(costs)
         return costs
+
+    def use_costs(self, costs: dict[int, float]) -> Speculation:
+        """Pass costs for the adaptive draft length; the policy object stays the same one
+        (drafters built on it keep seeing it), only its costs change."""
+        if self.speculation is None:
+            self.speculation = Speculation(costs)
+        else:
+            self.speculation.set_costs(costs)
+        return self.speculation
 
     def _take_state(self, key: str | None) -> _KV:
         if key is not None and key in self._kv:
@@ -259,11 +176,12 @@ class Engine:
 
     def _put_state(self, key: str | None, state: _KV) -> None:
         if key is None or self.max_cached_docs <= 0:
+            self.lm.release(state.cache)
             return
         self._kv[key] = state
         self._kv.move_to_end(key)
         while self._kv and (len(self._kv) > self.max_cached_docs or self.cached_tokens() > self.max_cached_tokens):
-            self._kv.popitem(last=False)
+            self.lm.release(self._kv.popitem(last=False)[1].cache)
 
     # -- phases -------------------------------------------------------------------------
     def prefill(self, state: _KV, prompt: Sequence[int], opts: DecodeOptions, stats: Stats,
@@ -278,7 +196,7 @@ class Engine:
         while keep < limit and state.ids[keep] == want[keep]:
             keep += 1
         if keep < len(state.ids):
-            state.cache.crop(-(len(state.ids) - keep))
+            self.lm.crop(state.cache, keep)
             del state.ids[keep:]
         stats.reused_tokens = keep
         rest = want[keep:]
@@ -286,7 +204,7 @@ class Engine:
             if cancel is not None and cancel.is_set():
                 raise Cancelled
             chunk = rest[start : start + opts.prefill_chunk]
-            self.lm.forward(chunk, state.cache, logits_to_keep=1)
+            self.lm.forward(chunk, state.cache, last=1)
             state.ids.extend(chunk)
             stats.prefill_tokens += len(chunk)
 
@@ -300,7 +218,7 @@ class Engine:
 
     def verify(self, state: _KV, seq: list[int], draft: list[int]) -> torch.Tensor:
         """One target pass over [seq[-1]] + draft; returns logits [k + 1, V]."""
-        logits = self.lm.forward([seq[-1], *draft], state.cache)
+        logits = self.lm.forward([seq[-1], *draft], state.cache, last=len(draft) + 1)
         state.ids.append(seq[-1])
         state.ids.extend(draft)
         return logits
@@ -322,7 +240,7 @@ class Engine:
             while n < len(draft) and draft[n] == target[n]:
                 n += 1
             return n, target[n]
-        p = target_probs(logits, opts)  # [k + 1, V]
+        p = filtered_probs(logits, opts.temperature, opts.top_k, opts.top_p)  # [k + 1, V]
         for i, d in enumerate(draft):
             if proposal.probs is None:
                 # q one-hot on d: accept with probability min(1, p(d) / 1) = p(d) ...
@@ -387,6 +305,7 @@ class Engine:
                                                      t0, on_round)
             except BaseException:
                 # A failed pass may leave the cache half-written: never reuse it.
+                self.lm.release(state.cache)
                 state = _KV([], self.lm.new_cache())
                 raise
             finally:
@@ -411,10 +330,9 @@ class Engine:
             k = min(opts.draft_max, opts.max_new_tokens - len(out) - 1)
             proposal = self.propose(drafter, seq, k)
             offered = len(proposal.tokens)
-            spec = self.speculation if opts.adaptive else None
-            if getattr(drafter, "sizes_drafts", False):
-                spec = None  # the drafter chose its draft length itself (model and hybrid drafters: their cost is in drafting)
-            if spec is not None and offered:
+            spec = self.speculation
+            if spec is not None and opts.adaptive and offered:
+                # The policy says how much pays (all of a paid model draft: its passes already ran).
                 chosen = spec.choose(proposal, drafter.name)
                 if chosen < offered:
                     proposal.tokens = proposal.tokens[:chosen]
@@ -424,16 +342,13 @@ class Engine:
             t = time.perf_counter()
             logits = self.verify(state, seq, draft)
             n_acc, token = self.accept(logits, proposal, opts, gen)
-            # Keep exactly the accepted prefix in the cache: seq[:-1] + [seq[-1]] + draft[:n_acc].
             if spec is not None and offered:
-                if draft:
-                    spec.observe(proposal.match_len, len(draft), n_acc, drafter.name)
-                else:
-                    spec.idle(proposal.match_len, drafter.name)
+                spec.observe(proposal, len(draft), n_acc, drafter.name)
+            # Keep exactly the accepted prefix in the cache: seq[:-1] + [seq[-1]] + draft[:n_acc].
             rejected = len(draft) - n_acc
             if rejected:
-                state.cache.crop(-rejected)
                 del state.ids[len(state.ids) - rejected :]
+                self.lm.crop(state.cache, len(state.ids))
             ms = (time.perf_counter() - t) * 1000
             stats.target_passes += 1
             stats.drafted += len(draft)
@@ -462,21 +377,3 @@ class Engine:
                 if keep is not None:
                     del out[keep:]
                     return "stop-rule"
-
-
-def target_probs(logits: torch.Tensor, opts: DecodeOptions) -> torch.Tensor:
-    """Softmax of logits / temperature after top-k and top-p filtering; rows sum to 1.
-
-    logits: [n, V] -> [n, V] float32.
-    """
-    x = logits.float() / max(opts.temperature, 1e-6)
-    if opts.top_k and opts.top_k < x.shape[-1]:
-        kth = torch.topk(x, opts.top_k, dim=-1).values[..., -1:]
-        x = x.masked_fill(x < kth, float("-inf"))
-    if opts.top_p < 1.0:
-        sorted_x, order = torch.sort(x, dim=-1, descending=True)
-        cum = torch.softmax(sorted_x, dim=-1).cumsum(dim=-1)
-        drop = cum - torch.softmax(sorted_x, dim=-1) >= opts.top_p  # keep the smallest set reaching top_p
-        sorted_x = sorted_x.masked_fill(drop, float("-inf"))
-        x = torch.full_like(x, float("-inf")).scatter(-1, order, sorted_x)
-    return torch.softmax(x, dim=-1)

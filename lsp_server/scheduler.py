@@ -172,10 +172,10 @@ class StepHook:
         self.before_step = before_step
         self.after_step = after_step  # runs after the pass (the KV cache already holds its tokens)
 
-    def forward(self, ids, cache, logits_to_keep: int = 0):
+    def forward(self, ids, cache, last: int):
         if self.before_step is not None:
             self.before_step(len(ids))
-        out = self._lm.forward(ids, cache, logits_to_keep=logits_to_keep)
+        out = self._lm.forward(ids, cache, last=last)
         if self.after_step is not None:
             self.after_step(len(ids))
         return out

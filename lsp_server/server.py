@@ -308,9 +308,8 @@ class DittoServer(LanguageServer):
                                   settings=self.settings.completer_settings())
             # Pass costs for the adaptive draft length, measured on a plain engine (no test hooks).
             from .completer import calibrate
-            from .engine import Speculation
 
-            completer.engine.speculation = Speculation(calibrate(Engine(lm), lm, fresh=True))
+            completer.engine.use_costs(calibrate(Engine(lm), lm, fresh=True))
             with self._dirty_lock:
                 self._dirty = {uri: doc.source for uri, doc in self.workspace.text_documents.items()}
             self._apply_dirty(completer)
@@ -336,9 +335,9 @@ class DittoServer(LanguageServer):
             return
         self.model_state = "ready"
         self.model_error = None
-        self.model_info = {"model": lm.spec, "name": lm.name, "device": str(lm.device),
-                           "dtype": str(lm.dtype).replace("torch.", ""), "load_seconds": round(lm.load_seconds, 2)}
-        log.info("model %s ready on %s in %.1f s", lm.spec, lm.device, lm.load_seconds)
+        self.model_info = {"model": lm.spec, "name": lm.name, **lm.describe(), "load_seconds": round(lm.load_seconds, 2)}
+        log.info("model %s ready on %s (%s) in %.1f s", lm.spec, self.model_info["device"], self.model_info["backend"],
+                 lm.load_seconds)
 
     def _progress_supported(self) -> bool:
         caps = self.client_capabilities
@@ -525,6 +524,7 @@ class DittoServer(LanguageServer):
             "model": self.model_info.get("model") if self.model_state == "ready" else self.settings.model,
             "device": self.model_info.get("device") if self.model_state == "ready" else None,
             "dtype": self.model_info.get("dtype") if self.model_state == "ready" else None,
+            "backend": self.model_info.get("backend") if self.model_state == "ready" else None,
             "model_state": self.model_state,
             "model_error": self.model_error,
             "speculation": (self.completer.engine.speculation.snapshot()

@@ -1,10 +1,12 @@
 """The Completer: type-through and KV reuse across keystrokes, on the tiny model."""
 
+import copy
+
 import pytest
 
 from lsp_server.completer import Completer
 from lsp_server.engine import DecodeOptions
-from lsp_server.model import tiny_random
+from lsp_server.tiny import tiny_random
 
 OPTS = DecodeOptions(max_new_tokens=12, draft_max=0)
 
@@ -111,17 +113,17 @@ def test_reuse_prefills_only_the_changed_tail_when_typing(lm):
 
 
 def test_time_budget_returns_whole_lines(lm):
-    import dataclasses
     import time
 
     # No end-of-text tokens and a cursor at column 0 of the last line (no block to end, nothing
     # below to repeat): only the time budget can stop this completion.
-    slow_lm = dataclasses.replace(lm, stop_ids=frozenset())
+    slow_lm = copy.copy(lm)
+    slow_lm.stop_ids = frozenset()
     real = slow_lm.forward
 
-    def forward(ids, cache, logits_to_keep=0):
+    def forward(ids, cache, last):
         time.sleep(0.02)
-        return real(ids, cache, logits_to_keep)
+        return real(ids, cache, last=last)
 
     slow_lm.forward = forward
     c = Completer(slow_lm)

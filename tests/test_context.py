@@ -5,7 +5,7 @@ import pytest
 from lsp_server.completer import Completer
 from lsp_server.context import Prompt, build_prompt, finish, ghost_cut, split_at
 from lsp_server.engine import DecodeOptions
-from lsp_server.model import tiny_random
+from lsp_server.tiny import tiny_random
 
 DOC = "def f(x):\n    y = x + 1\n    return y\n\nprint(f(2))\n"
 

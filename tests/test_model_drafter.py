@@ -12,19 +12,39 @@ import pytest
 import torch
 
 from drafters import NGramDrafter, Proposal
-from drafters.model_drafter import (CostModel, HybridDrafter, ModelDrafter, TokenizerMismatch, check_same_tokenizer,
-                                    filtered_probs)
+from drafters.model_drafter import HybridDrafter, ModelDrafter, TokenizerMismatch, check_same_tokenizer
+from drafters.probs import filtered_probs
+from drafters.speculation import Speculation, measure_draft_costs, measure_pass_costs
 from lsp_server.completer import HISTORY, Completer
-from lsp_server.engine import DecodeOptions, Engine, target_probs
-from lsp_server.model import LoadedModel, tiny_random, tiny_random_model
+from lsp_server.engine import DecodeOptions, Engine
+from lsp_server.tiny import tiny_random, tiny_random_model
+from lsp_server.torch_backend import TorchModel
 
 from test_engine import random_prompt
 from test_sampling import LENGTH, N, PROMPT, V, chi_square_pvalue, exact_distribution
 
+
+def policy(target_ms, draft_ms, draft_token_ms=0.0) -> Speculation:
+    """A speculation policy with injected costs (ms): target_ms[n - 1] = T(n)."""
+    return Speculation({n + 1: t for n, t in enumerate(target_ms)}, draft_ms=draft_ms, draft_token_ms=draft_token_ms)
+
+
 # Costs (ms) where drafting pays: a verify pass over n tokens costs little more than one.
-CHEAP_VERIFY = CostModel(target_ms=[10.0, 10.5, 11.0, 11.5, 12.0, 12.5, 13.0, 13.5, 14.0], draft_ms=1.0)
+CHEAP = [10.0, 10.5, 11.0, 11.5, 12.0, 12.5, 13.0, 13.5, 14.0]
+def CHEAP_VERIFY(): return policy(CHEAP, 1.0)  # noqa: E302,E704
 # Costs where a model draft never pays: each draft pass costs as much as a target pass.
-DEAR_DRAFT = CostModel(target_ms=[10.0, 25.0, 40.0, 55.0, 70.0, 85.0, 100.0, 115.0, 130.0], draft_ms=10.0)
+def DEAR_DRAFT(): return policy([10.0, 25.0, 40.0, 55.0, 70.0, 85.0, 100.0, 115.0, 130.0], 10.0)  # noqa: E302,E704
+
+
+class FakeClock:
+    """A clock for the hybrid's draft timing: every draft takes `ms` (tests never read the wall clock)."""
+
+    def __init__(self, ms: float = 0.0):
+        self.ms, self.t = ms, 0.0
+
+    def __call__(self) -> float:
+        self.t += self.ms / 1000  # seconds; read before and after each draft, so a draft "takes" ms
+        return self.t
 
 
 pytestmark = pytest.mark.usefixtures("one_thread")  # tests/conftest.py
@@ -39,16 +59,14 @@ def lm():
 def other(lm):
     """Another tiny random model with the same tokenizer (different weights)."""
     model = tiny_random_model(lm.vocab_size, seed=1)
-    return LoadedModel(spec="tiny-random-1", name="tiny-random-1", model=model, tokenizer=lm.tokenizer,
-                       device=lm.device, dtype=torch.float32, fim=lm.fim, stop_ids=lm.stop_ids,
-                       vocab_size=lm.vocab_size)
+    return lm.with_module(model, spec="tiny-random-1")
 
 
 def test_is_a_drafter(lm):
     from drafters import Drafter
 
     assert isinstance(ModelDrafter(lm, target=lm), Drafter)
-    assert isinstance(HybridDrafter(NGramDrafter(), ModelDrafter(lm), CHEAP_VERIFY), Drafter)
+    assert isinstance(HybridDrafter(NGramDrafter(), ModelDrafter(lm), CHEAP_VERIFY()), Drafter)
 
 
 @pytest.mark.parametrize("draft", ["self", "other"])
@@ -96,12 +114,10 @@ def test_draft_cache_is_resynced_by_common_prefix(lm):
 @pytest.mark.parametrize("seed", range(4))
 def test_greedy_hybrid_equals_drafting_off(lm, other, seed):
     rng = random.Random(100 + seed)
-    from lsp_server.engine import Speculation
-
-    engine = Engine(lm)
-    engine.speculation = Speculation({n + 1: t for n, t in enumerate(CHEAP_VERIFY.target_ms)})
-    for costs, spec in ((CHEAP_VERIFY, None), (DEAR_DRAFT, None), (CHEAP_VERIFY, lambda: engine.speculation)):
-        hybrid = HybridDrafter(NGramDrafter(), ModelDrafter(other, target=lm), costs, speculation=spec)
+    for make in (CHEAP_VERIFY, DEAR_DRAFT):
+        engine = Engine(lm)
+        engine.speculation = make()  # the engine trims n-gram drafts with the hybrid's own policy
+        hybrid = HybridDrafter(NGramDrafter(), ModelDrafter(other, target=lm), engine.speculation, clock=FakeClock())
         for _ in range(3):
             prompt = random_prompt(rng, lm)
             ref = engine.generate(prompt, options=DecodeOptions(max_new_tokens=40, draft_max=0))
@@ -110,11 +126,15 @@ def test_greedy_hybrid_equals_drafting_off(lm, other, seed):
     assert hybrid.stats.ngram + hybrid.stats.model + hybrid.stats.none > 0
 
 
-def test_filtered_probs_equals_the_engines_target_probs():
-    logits = torch.randn(3, 50, generator=torch.Generator().manual_seed(0)) * 3
-    for t, k, p in [(1.0, 0, 1.0), (0.7, 5, 0.9), (1.3, 0, 0.5), (0.2, 10, 1.0)]:
-        ref = target_probs(logits, DecodeOptions(temperature=t, top_k=k, top_p=p))
-        assert torch.allclose(filtered_probs(logits, t, k, p), ref)
+def test_filtered_probs_filters_as_documented():
+    logits = torch.tensor([[2.0, 1.0, 0.5, -1.0, -3.0]])
+    assert torch.allclose(filtered_probs(logits, 1.0, 0, 1.0), torch.softmax(logits, -1))
+    top2 = filtered_probs(logits, 1.0, 2, 1.0)[0]
+    assert (top2[2:] == 0).all() and torch.allclose(top2[:2], torch.softmax(logits[0, :2], -1))
+    # top-p 0.5: the first token alone has p = 0.63 >= 0.5, so it is the whole nucleus.
+    assert filtered_probs(logits, 1.0, 0, 0.5)[0].tolist() == [1.0, 0.0, 0.0, 0.0, 0.0]
+    cold = filtered_probs(logits, 0.1, 0, 1.0)[0]
+    assert cold[0] > 0.99  # a low temperature sharpens towards the argmax
 
 
 # -- sampling: the model drafter's real q ---------------------------------------------------------
@@ -124,9 +144,8 @@ def test_filtered_probs_equals_the_engines_target_probs():
 def v8():
     def make(seed, std):
         model = tiny_random_model(V, seed=seed, hidden=32, init_std=std)
-        return LoadedModel(spec=f"tiny-v8-{seed}", name=f"tiny-v8-{seed}", model=model, tokenizer=None,
-                           device=torch.device("cpu"), dtype=torch.float32, fim=None, stop_ids=frozenset(),
-                           vocab_size=V)
+        return TorchModel(f"tiny-v8-{seed}", f"tiny-v8-{seed}", model, None, torch.device("cpu"), torch.float32,
+                          stop_ids=frozenset(), vocab_size=V)
 
     return make(3, 0.15), make(11, 0.4)  # the target of test_sampling.py, and a different draft model
 
@@ -161,7 +180,7 @@ def test_model_drafter_samples_drafts_from_its_q(v8):
     p = drafter.propose(PROMPT, 3)
     assert len(p.probs) == 3 and all(abs(float(q.sum()) - 1) < 1e-5 for q in p.probs)
     # The first q is the draft model's own next-token distribution after PROMPT.
-    want = torch.softmax(draft.forward(PROMPT, draft.new_cache())[-1], dim=-1)
+    want = torch.softmax(draft.forward(PROMPT, draft.new_cache(), last=1)[-1], dim=-1)
     assert torch.allclose(p.probs[0], want, atol=1e-5)
     # Frequency of first draft tokens follows q.
     counts = torch.zeros(V)
@@ -245,26 +264,26 @@ class Recording(ModelDrafter):
 
 def test_hybrid_takes_a_long_ngram_match_without_running_the_model(lm):
     model = Recording(lm)
-    hybrid = HybridDrafter(NGramDrafter(), model, CHEAP_VERIFY)
+    hybrid = HybridDrafter(NGramDrafter(), model, CHEAP_VERIFY(), clock=FakeClock())
     span = list(range(20, 32))
     ctx = [5, 6, 7] + span + [40, 41] + span[:6]
     prop = hybrid.propose(ctx, 8)
     assert prop.match_len >= 3 and prop.tokens == (span[6:] + [40, 41])[:8] and prop.probs is None
-    assert model.calls == 0 and hybrid.stats.ngram == 1
+    assert model.calls == 0 and hybrid.stats.ngram == 1 and not prop.paid
 
 
 def test_hybrid_uses_the_model_where_lookup_has_nothing(lm):
     model = Recording(lm)
-    hybrid = HybridDrafter(NGramDrafter(), model, CHEAP_VERIFY)
+    hybrid = HybridDrafter(NGramDrafter(), model, CHEAP_VERIFY(), clock=FakeClock())
     ctx = list(range(50, 80))  # no repeated n-gram
     prop = hybrid.propose(ctx, 4)
-    assert model.calls == 1 and prop.source == "model" and len(prop.tokens) >= 1
+    assert model.calls == 1 and prop.source == "model" and len(prop.tokens) >= 1 and prop.paid
     assert hybrid.stats.model == 1
 
 
 def test_hybrid_drafts_nothing_when_the_model_does_not_pay(lm):
     model = Recording(lm)
-    hybrid = HybridDrafter(NGramDrafter(), model, DEAR_DRAFT)
+    hybrid = HybridDrafter(NGramDrafter(), model, DEAR_DRAFT(), clock=FakeClock())
     prop = hybrid.propose(list(range(50, 80)), 4)
     assert prop.tokens == [] and model.calls == 0 and hybrid.stats.none == 1
 
@@ -272,9 +291,8 @@ def test_hybrid_drafts_nothing_when_the_model_does_not_pay(lm):
 def test_hybrid_counts_the_draft_models_catch_up_on_the_prompt(lm):
     """A cold draft cache must first run the whole prompt: on a CPU that costs more than a
     draft saves, so the hybrid decodes plainly; once the cache holds the context, it drafts."""
-    cold_dear = CostModel(target_ms=CHEAP_VERIFY.target_ms, draft_ms=1.0, draft_token_ms=2.0)
     model = Recording(lm)
-    hybrid = HybridDrafter(NGramDrafter(), model, cold_dear)
+    hybrid = HybridDrafter(NGramDrafter(), model, policy(CHEAP, 1.0, draft_token_ms=2.0), clock=FakeClock(1.0))
     ctx = list(range(50, 80))  # no repeated n-gram; 30 tokens to catch up: ~60 ms against a 10 ms target pass
     assert model.pending(ctx) == 30
     assert hybrid.propose(ctx, 4).tokens == [] and model.calls == 0 and hybrid.stats.none == 1
@@ -285,97 +303,95 @@ def test_hybrid_counts_the_draft_models_catch_up_on_the_prompt(lm):
     assert model.calls == 1 and prop.source == "model" and prop.tokens
 
 
-class FixedSpeculation:
-    """Stands in for the engine's Speculation: fixed value of an n-gram proposal."""
-
-    def __init__(self, k, rate):
-        self.k, self.rate, self.seen = k, rate, []
-
-    def best(self, proposal, drafter=""):
-        self.seen.append((list(proposal.tokens), drafter))
-        return self.k, self.rate
-
-
 def test_hybrid_values_a_weak_ngram_draft_as_the_engine_will(lm):
     ctx = [9, 1, 2, 60, 61, 62, 63, 1, 2]  # a 2-token match: not confident
-    # The engine's speculation expects little from the weak match (it would verify none of it): the model wins.
+    # The policy expects little from such matches (the engine would verify none of it): the model wins.
     model = Recording(lm)
-    spec = FixedSpeculation(0, 1 / 10.0)
-    hybrid = HybridDrafter(NGramDrafter(), model, CHEAP_VERIFY, speculation=lambda: spec)
+    p = CHEAP_VERIFY()
+    p.acceptance[("hybrid", 2)] = 0.0
+    hybrid = HybridDrafter(NGramDrafter(), model, p, clock=FakeClock(1.0))
     prop = hybrid.propose(ctx, 4)
-    assert model.calls == 1 and prop.source == "model"
-    assert spec.seen and spec.seen[0][1] == "hybrid"
+    assert model.calls == 1 and prop.source == "model" and prop.paid
     # It expects more from the same match than a model draft can give: the n-gram draft is
     # passed on whole, for the engine to trim, and the model never runs.
     model = Recording(lm)
-    spec = FixedSpeculation(1, 10.0)
-    hybrid = HybridDrafter(NGramDrafter(), model, CHEAP_VERIFY, speculation=lambda: spec)
+    p = CHEAP_VERIFY()
+    p.acceptance[("hybrid", 2)] = 0.98
+    p.acceptance[("model", 0)] = 0.3
+    hybrid = HybridDrafter(NGramDrafter(), model, p, clock=FakeClock(1.0))
     prop = hybrid.propose(ctx, 4)
-    assert model.calls == 0 and prop.tokens[:1] == [60] and prop.match_len == 2 and not hybrid.sizes_drafts
+    assert model.calls == 0 and prop.tokens[:1] == [60] and prop.match_len == 2 and not prop.paid
     # Neither pays: the n-gram draft still goes to the engine, which trims it to nothing and
     # lets its estimate for such matches drift back (as it does for the ngram drafter).
     model = Recording(lm)
-    hybrid = HybridDrafter(NGramDrafter(), model, DEAR_DRAFT, speculation=lambda: FixedSpeculation(0, 1 / 10.0))
+    p = DEAR_DRAFT()
+    p.acceptance[("hybrid", 2)] = 0.0
+    hybrid = HybridDrafter(NGramDrafter(), model, p, clock=FakeClock(10.0))
     prop = hybrid.propose(ctx, 4)
-    assert model.calls == 0 and prop.tokens[:1] == [60] and not hybrid.sizes_drafts
+    assert model.calls == 0 and prop.tokens[:1] == [60] and not prop.paid
+    assert p.choose(prop, "hybrid") == 0
 
 
 def test_hybrid_corrects_its_drafting_cost_by_what_it_measured(lm):
-    import time as _time
-
-    class Slow(Recording):
-        def draft(self, context, k):
-            _time.sleep(0.02)
-            return super().draft(context, k)
-
     # A draft pass predicted at 2 ms pays against a 10 ms target pass; one measured at 20+ ms does not.
-    optimistic = CostModel(target_ms=[10.0, 10.1, 10.2, 10.3, 10.4, 10.5, 10.6, 10.7, 10.8], draft_ms=2.0)
-    hybrid = HybridDrafter(NGramDrafter(), Slow(lm), optimistic)
+    p = policy([10.0, 10.1, 10.2, 10.3, 10.4, 10.5, 10.6, 10.7, 10.8], 2.0)
+    model = Recording(lm)
+    hybrid = HybridDrafter(NGramDrafter(), model, p, clock=FakeClock(25.0))  # every draft takes 25 ms
     ctx = list(range(50, 80))
-    assert hybrid.propose(ctx, 1).source == "model"
-    assert hybrid.draft_scale > 3  # 20+ ms measured against 2 ms predicted
-    calls = hybrid.model.calls
+    model.draft(ctx, 1)  # a warm draft cache: no catch-up
+    model.calls = 0
+    assert hybrid.propose(ctx + [81], 1).source == "model"
+    assert p.draft_scale > 3  # 25 ms measured against 2 ms predicted
     for i in range(4):  # the corrected cost no longer pays
-        hybrid.propose(ctx + list(range(81, 82 + i)), 1)
-    assert hybrid.model.calls == calls and hybrid.stats.none == 4
+        hybrid.propose(ctx + list(range(81, 83 + i)), 1)
+    assert model.calls == 1 and hybrid.stats.none == 4
 
 
 def test_speculation_best_is_what_choose_verifies():
-    from lsp_server.engine import Speculation
-
     spec = Speculation({1: 10.0, 2: 11.0, 4: 13.0, 9: 18.0})
     prop = Proposal([1, 2, 3, 4, 5], match_len=6)
     k, rate = spec.best(prop, "ngram")
     assert k == spec.choose(prop, "ngram") and k > 0 and rate > 1 / 10.0
     assert spec.best(Proposal([]), "ngram") == (0, 1 / 10.0)
+    # A paid draft is verified whole, whatever it would be worth.
+    steep = Speculation({1: 10.0, 2: 100.0, 9: 900.0})
+    assert steep.choose(Proposal([1, 2, 3], source="model", paid=True)) == 3
 
 
-def test_hybrid_learns_acceptance_from_the_next_context(lm):
-    hybrid = HybridDrafter(NGramDrafter(), ModelDrafter(lm, target=lm), CHEAP_VERIFY, prior_model=0.5)
-    ctx = list(range(50, 80))
-    prop = hybrid.propose(ctx, 4)
-    hybrid.propose(ctx + prop.tokens + [3], 4)  # every draft accepted
-    assert hybrid.acc["model"].rate > 0.5
-    before = hybrid.acc["model"].rate
-    ctx2 = ctx + prop.tokens + [3]
-    prop2 = hybrid.propose(ctx2, 4)
-    hybrid.propose(ctx2 + [(prop2.tokens[0] + 1) % lm.vocab_size], 4)  # first draft rejected
-    assert hybrid.acc["model"].rate < before
+def test_the_engine_teaches_the_policy_the_model_drafts_acceptance(lm):
+    """The engine observes every verified draft; the hybrid reads the estimate from the same policy."""
+    p = CHEAP_VERIFY()
+    before = p.model_acceptance()
+    engine = Engine(lm)
+    engine.speculation = p
+    drafter = ModelDrafter(lm, target=lm)  # the target as its own draft model: every draft is right
+    engine.generate(list(range(50, 80)), drafter=drafter, options=DecodeOptions(max_new_tokens=12, draft_max=4))
+    assert p.model_acceptance() > before
+    wrong = Speculation({1: 10.0, 2: 11.0})
+    wrong.observe(Proposal([1, 2], source="model", paid=True), verified=2, accepted=0)
+    assert wrong.model_acceptance() < Speculation.PRIOR_PAID
 
 
-def test_cost_model_rule():
-    # a = 0: drafting never pays; a high with cheap verify: the longest draft pays.
-    assert CHEAP_VERIFY.best_k(0.0, 8, per_token_draft=True)[0] == 0
-    assert CHEAP_VERIFY.best_k(0.95, 8, per_token_draft=False)[0] == 8
-    assert DEAR_DRAFT.best_k(0.9, 8, per_token_draft=True)[0] == 0
-    assert CHEAP_VERIFY.target(20) > CHEAP_VERIFY.target(9)  # extrapolated past the measured range
+def test_policy_rule_for_model_drafts():
+    # a = 0: drafting never pays; a high with cheap verify and drafting: the longest draft pays.
+    p = CHEAP_VERIFY()
+    p.acceptance[("model", 0)] = 0.0
+    assert p.best_model_draft(8)[0] == 0
+    p.acceptance[("model", 0)] = 0.95
+    assert p.best_model_draft(8)[0] >= 6
+    assert policy(CHEAP, None).best_model_draft(8)[0] == 0  # no draft model measured: never
+    d = DEAR_DRAFT()
+    d.acceptance[("model", 0)] = 0.9
+    assert d.best_model_draft(8)[0] == 0
+    assert p.cost(20) > p.cost(9)  # extrapolated past the measured range
+    assert p.draft_cost(3, pending=9) == pytest.approx(3 * 1.0 + 8 * 0.0)
 
 
-def test_cost_model_measures_a_model(lm):
-    costs = CostModel.measure(lm, lm, ns=(1, 2, 4), context=8, reps=1)
-    assert len(costs.target_ms) == 4 and all(t > 0 for t in costs.target_ms) and costs.draft_ms > 0
-    assert costs.draft_token_ms >= 0 and costs.draft(3, pending=9) == pytest.approx(
-        3 * costs.draft_ms + 8 * costs.draft_token_ms)
+def test_measuring_a_model_gives_usable_costs(lm):
+    costs = measure_pass_costs(lm, n_max=4, reps=1)
+    assert sorted(costs) == [1, 2, 3, 4] and all(t > 0 for t in costs.values())
+    one, per_token = measure_draft_costs(lm, context=8, reps=1)
+    assert one > 0 and per_token >= 0
 
 
 def test_completer_builds_every_drafter_and_loads_the_draft_model_once(lm, monkeypatch):
@@ -385,7 +401,7 @@ def test_completer_builds_every_drafter_and_loads_the_draft_model_once(lm, monke
     monkeypatch.setattr(model_mod, "load", lambda spec, **kw: loads.append(spec) or lm)
     completer = Completer(lm)
     completer.settings.draft_model = "tiny-random"
-    monkeypatch.setattr(CostModel, "measure", classmethod(lambda cls, *a, **k: CHEAP_VERIFY))
+    completer.engine.speculation = CHEAP_VERIFY()  # injected costs: nothing is timed
     assert completer.drafter_for("none") is None
     assert completer.drafter_for("ngram") is completer.ngram
     m = completer.drafter_for("model")
@@ -446,8 +462,6 @@ def test_server_turns_an_inserted_suggestion_into_history(lm):
 
 def test_engine_does_not_cut_a_model_draft_short(lm):
     """Adaptive speculation must not trim a model draft after its passes were paid."""
-    from lsp_server.engine import Speculation
-
     engine = Engine(lm)
     engine.speculation = Speculation({1: 10.0, 2: 100.0, 3: 200.0, 9: 900.0})  # would trim every draft to 0
     drafter = ModelDrafter(lm, target=lm)
@@ -456,13 +470,14 @@ def test_engine_does_not_cut_a_model_draft_short(lm):
     assert out.stats.drafted > 0 and out.stats.accepted == out.stats.drafted
 
 
-def test_hybrid_shares_the_engines_calibrated_pass_costs(lm, monkeypatch):
+def test_hybrid_shares_the_engines_policy(lm, monkeypatch):
     import lsp_server.model as model_mod
-    from lsp_server.engine import Speculation
 
     monkeypatch.setattr(model_mod, "load", lambda spec, **kw: lm)
     completer = Completer(lm)
     completer.engine.speculation = Speculation({1: 10.0, 2: 12.0, 4: 16.0, 9: 26.0})
+    completer.engine.speculation.set_draft_costs(3.0, 0.1)
     h = completer.drafter_for("hybrid")
-    assert h.costs.target_ms[:4] == [10.0, 12.0, 14.0, 16.0] and len(h.costs.target_ms) == 9
-    assert h.costs.draft_ms > 0  # only the draft pass was timed
+    assert h.policy is completer.engine.speculation and h.policy.draft_ms == 3.0  # nothing re-measured
+    completer.engine.use_costs({1: 20.0, 2: 24.0})  # a recalibration reaches the hybrid too
+    assert h.policy.cost(2) == 24.0

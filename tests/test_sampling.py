@@ -13,8 +13,10 @@ import pytest
 import torch
 
 from drafters import NGramDrafter, Proposal
-from lsp_server.engine import DecodeOptions, Engine, target_probs
-from lsp_server.model import LoadedModel, tiny_random_model
+from drafters.probs import filtered_probs
+from lsp_server.engine import DecodeOptions, Engine
+from lsp_server.tiny import tiny_random_model
+from lsp_server.torch_backend import TorchModel
 
 V = 8
 LENGTH = 3
@@ -27,8 +29,8 @@ pytestmark = pytest.mark.usefixtures("one_thread")  # tests/conftest.py
 @pytest.fixture(scope="module")
 def lm():
     model = tiny_random_model(V, seed=3, hidden=32, init_std=0.15)
-    return LoadedModel(spec="tiny-v8", name="tiny-v8", model=model, tokenizer=None, device=torch.device("cpu"),
-                       dtype=torch.float32, fim=None, stop_ids=frozenset(), vocab_size=V)
+    return TorchModel("tiny-v8", "tiny-v8", model, None, torch.device("cpu"), torch.float32, stop_ids=frozenset(),
+                      vocab_size=V)
 
 
 def exact_distribution(lm, opts):
@@ -39,8 +41,8 @@ def exact_distribution(lm, opts):
         if len(prefix) == LENGTH:
             dist[tuple(prefix)] = prob
             return
-        logits = lm.forward(PROMPT + prefix, lm.new_cache())[-1:]
-        p = target_probs(logits, opts)[0]
+        logits = lm.forward(PROMPT + prefix, lm.new_cache(), last=1)
+        p = filtered_probs(logits, opts.temperature, opts.top_k, opts.top_p)[0]
         for t in range(V):
             if p[t] > 0:
                 walk(prefix + [t], prob * float(p[t]))
@@ -74,36 +76,36 @@ def chi_square_pvalue(counts, dist, n):
 
 
 class RandomOneHot:
-    name, wants_hidden = "random", False
+    name = "random"
 
     def __init__(self, seed):
         self.rng = random.Random(seed)
 
-    def propose(self, context, k, hidden=None):
+    def propose(self, context, k):
         return Proposal([self.rng.randrange(V) for _ in range(k)], "random")
 
 
 class Fixed:
     """Always proposes the same tokens: a biased one-hot drafter (uniform drafts would hide some wrong rules)."""
 
-    name, wants_hidden = "fixed", False
+    name = "fixed"
 
     def __init__(self, seed):
         pass
 
-    def propose(self, context, k, hidden=None):
+    def propose(self, context, k):
         return Proposal([3, 6, 3][:k], "fixed")
 
 
 class RandomQ:
     """A draft-model stand-in: non-one-hot q per position, drafts sampled from q."""
 
-    name, wants_hidden = "model", False
+    name = "model"
 
     def __init__(self, seed):
         self.gen = torch.Generator().manual_seed(seed)
 
-    def propose(self, context, k, hidden=None):
+    def propose(self, context, k):
         qs, toks = [], []
         for _ in range(k):
             q = torch.softmax(torch.randn(V, generator=self.gen) * 1.5, dim=0)
@@ -146,7 +148,7 @@ def test_sampling_distribution_matches_plain_sampling(lm, name, factory, kw):
 
 def wrong_accept(logits, proposal, opts, gen):
     """A broken rule: on rejection, resample from p itself (the draft keeps its mass twice)."""
-    p = target_probs(logits, opts)
+    p = filtered_probs(logits, opts.temperature, opts.top_k, opts.top_p)
     for i, d in enumerate(proposal.tokens):
         if float(torch.rand((), generator=gen)) < float(p[i, d]):
             continue
@@ -156,7 +158,7 @@ def wrong_accept(logits, proposal, opts, gen):
 
 def always_accept(logits, proposal, opts, gen):
     """A broken rule: every draft survives."""
-    p = target_probs(logits, opts)
+    p = filtered_probs(logits, opts.temperature, opts.top_k, opts.top_p)
     return len(proposal.tokens), int(torch.multinomial(p[len(proposal.tokens)], 1, generator=gen))
 
 

@@ -242,10 +242,11 @@ def test_a_local_model_loads_and_completes_without_any_socket_connection(tmp_pat
     from lsp_server.engine import DecodeOptions
 
     torch.set_num_threads(1)
-    tiny = model.tiny_random()
+    from lsp_server.tiny import tiny_random
+
+    tiny = tiny_random()
     d = tmp_path / "tiny-local"
-    tiny.model.save_pretrained(d)
-    tiny.tokenizer.save_pretrained(d)
+    tiny.save_pretrained(d)
     attempts = []
 
     def refuse(self, address, *a, **k):

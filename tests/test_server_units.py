@@ -115,11 +115,11 @@ def test_step_hook_calls_before_every_forward_and_delegates_the_rest():
     class FakeLM:
         stop_ids = frozenset({0})
 
-        def forward(self, ids, cache, logits_to_keep=0):
-            return ("out", list(ids), logits_to_keep)
+        def forward(self, ids, cache, last):
+            return ("out", list(ids), last)
 
     hooked = StepHook(FakeLM(), calls.append)
-    assert hooked.forward([1, 2, 3], None, logits_to_keep=1) == ("out", [1, 2, 3], 1)
+    assert hooked.forward([1, 2, 3], None, last=1) == ("out", [1, 2, 3], 1)
     assert calls == [3] and hooked.stop_ids == frozenset({0})
 
 

@@ -1,1 +1,1 @@
-"""`ditto-lsp bench`: commit-replay benchmarks (DESIGN.md section 6). Submodules import torch lazily."""
+"""`ditto-lsp bench`: commit-replay benchmarks (docs/benchmark.md). Submodules import torch lazily."""

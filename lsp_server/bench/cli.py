@@ -81,7 +81,8 @@ def _machine(lm) -> dict:
                 break
     except OSError:
         pass
-    gpu = torch.cuda.get_device_name(lm.device) if lm.device.type == "cuda" else None
+    device = lm.describe()["device"]
+    gpu = torch.cuda.get_device_name(device) if device.startswith("cuda") else None
     cores = os.cpu_count()
     return {"cpu": cpu, "cores": cores, "gpu": gpu, "platform": platform.platform(), "torch_threads": torch.get_num_threads(),
             "summary": f"{gpu or cpu}, {cores} cores"}
@@ -135,7 +136,8 @@ def run(args) -> int:
     meta = {
         "mode": args.mode, "repo": str(Path(args.repo).resolve()), "since": args.since, "seed": args.seed or 0,
         "languages": args.lang, "per_commit": args.per_commit, "systems": systems, "model": lm.name,
-        "model_spec": lm.spec, "dtype": str(lm.dtype).removeprefix("torch."), "device": str(lm.device),
+        "model_spec": lm.spec, "dtype": lm.describe()["dtype"], "device": lm.describe()["device"],
+        "backend": lm.describe()["backend"],
         "machine": _machine(lm), "versions": _versions(), "command": shlex.join(["ditto-lsp", *sys.argv[1:]]),
         "max_tokens": opts.max_new_tokens, "draft_max": opts.draft_max, "adaptive": adaptive, "context_tokens": args.context_tokens,
         "tasks_harvested": len(h.tasks), "candidates": h.candidates, "commits_scanned": h.commits_scanned,
@@ -196,8 +198,9 @@ def run(args) -> int:
     hybrid = next(iter(completer.hybrids()), None)
     if hybrid is not None:
         st = hybrid.stats
-        meta["hybrid"] = {"draft_ms": round(hybrid.costs.draft_ms, 2), "draft_token_ms": round(hybrid.costs.draft_token_ms, 3),
-                          "draft_scale": round(hybrid.draft_scale, 3), "model_acceptance": round(hybrid.acc["model"].rate, 3),
+        policy = hybrid.policy
+        meta["hybrid"] = {"draft_ms": round(policy.draft_ms, 2), "draft_token_ms": round(policy.draft_token_ms, 3),
+                          "draft_scale": round(policy.draft_scale, 3), "model_acceptance": round(policy.model_acceptance(), 3),
                           "steps": {"ngram": st.ngram, "model": st.model, "none": st.none}}
     summary = metrics.summarise_keystroke(records) if args.mode == "keystroke" else metrics.summarise_completion(records)
     results = {"meta": meta, "summary": summary,

@@ -1,4 +1,4 @@
-"""Completion tasks from a git repository's history (commit replay, DESIGN.md section 6).
+"""Completion tasks from a git repository's history (commit replay; docs/design.md, "Benchmarks", and docs/benchmark.md).
 
 For each non-merge commit and each small added block (1-8 consecutive added lines, a
 pure addition in a zero-context diff) in a source file:

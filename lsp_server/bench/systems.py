@@ -70,18 +70,17 @@ class OracleDrafter:
     """Proposes the reference continuation while the context still follows it."""
 
     name = "oracle"
-    wants_hidden = False
-    sizes_drafts = True  # the ceiling verifies every draft it has: no adaptive trimming
 
     def __init__(self, prompt_len: int, target: Sequence[int]):
         self.prompt_len = prompt_len
         self.target = list(target)
 
-    def propose(self, context: Sequence[int], k: int, hidden: object | None = None) -> Proposal:
+    def propose(self, context: Sequence[int], k: int) -> Proposal:
         done = list(context[self.prompt_len :])
         if k <= 0 or done != self.target[: len(done)]:
             return Proposal([], source="oracle", match_len=0)
-        return Proposal(self.target[len(done) : len(done) + k], source="oracle", match_len=len(done))
+        # Paid: the ceiling verifies every draft it has (no adaptive trimming).
+        return Proposal(self.target[len(done) : len(done) + k], source="oracle", match_len=len(done), paid=True)
 
     def update_source(self, name, tokens) -> None:  # the oracle needs no buffers
         pass
@@ -200,36 +199,24 @@ class _FirstTokenClock:
 
 
 def run_hf(lm, prompt_ids: list[int], system: str, max_new_tokens: int, lookup_tokens: int = 10) -> tuple[list[int], Run]:
-    """transformers generate on the same prompt ids; returns (new ids incl. a stop token, Run)."""
-    import torch
+    """transformers generate on the same prompt ids; returns (new ids incl. a stop token, Run).
 
-    model = lm.model
-    passes = [0]
-    hook = model.register_forward_pre_hook(lambda *a: passes.__setitem__(0, passes[0] + 1))
-    x = torch.tensor([prompt_ids], dtype=torch.long, device=lm.device)
-    kwargs = dict(max_new_tokens=max(1, max_new_tokens), do_sample=False, temperature=None, top_p=None, top_k=None,
-                  repetition_penalty=None, attention_mask=torch.ones_like(x), eos_token_id=sorted(lm.stop_ids),
-                  pad_token_id=lm.tokenizer.pad_token_id if lm.tokenizer.pad_token_id is not None else min(lm.stop_ids))
-    if system == "hf-prompt-lookup":
-        kwargs["prompt_lookup_num_tokens"] = lookup_tokens
+    Only on the torch backend (lsp_server/torch_backend.py hf_generate)."""
+    from ..torch_backend import TorchModel, hf_generate
+
+    if not isinstance(lm, TorchModel):
+        raise ValueError(f"{system} runs transformers' generate: it needs the torch backend")
     clock = _FirstTokenClock()
     t0 = time.perf_counter()
-    try:
-        with torch.inference_mode():
-            out = model.generate(x, streamer=clock, **kwargs)
-    finally:
-        hook.remove()
+    new, passes = hf_generate(lm, prompt_ids, max_new_tokens,
+                              lookup_tokens if system == "hf-prompt-lookup" else None, streamer=clock)
     wall = (time.perf_counter() - t0) * 1000
-    new = out[0, len(prompt_ids) :].tolist()
-    pad = kwargs["pad_token_id"]
-    while new and new[-1] == pad and pad not in lm.stop_ids:
-        new.pop()
     tokens = []
     for t in new:
         if t in lm.stop_ids:
             break
         tokens.append(t)
     first = ((clock.first or time.perf_counter()) - t0) * 1000
-    run = Run("", tokens, len(new), wall, first, wall - first, len(prompt_ids), 0, len(prompt_ids), passes[0],
+    run = Run("", tokens, len(new), wall, first, wall - first, len(prompt_ids), 0, len(prompt_ids), passes,
               None, None, [], [], "eos" if len(tokens) < len(new) else "length")
     return new, run

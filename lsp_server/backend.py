@@ -1,0 +1,117 @@
+"""What the engine and the prompt builder need from a model: the backend interface.
+
+A loaded model is one object with two sides (docs/design.md, "Backends"):
+
+- the tensor side, `Backend`: `forward(ids, cache, last)` runs the model over new tokens
+  after what `cache` holds and returns float32 logits for the *last* `last` rows
+  ([last, vocab]; `last = len(ids)` for every row); `new_cache()`; `crop(cache, keep)`
+  keeps the first `keep` tokens of a cache; `release(cache)` frees what a cache holds
+  outside Python (a llama.cpp sequence); `stop_ids`; `vocab_size` (rows of the logits);
+- the text side, `Tokenizer`: `encode`, `decode`, `token_text`, `fim` (FIM token ids or
+  None), `vocabulary()` (token -> id, for the same-tokenizer check of a draft model) and
+  `special_ids()`.
+
+`describe()` says where it runs ({"backend", "device", "dtype"}) for `ditto/stats`, the
+`models` command and benchmark reports. Implementations: lsp_server/torch_backend.py
+(torch + transformers, the reference and the GPU path) and lsp_server/llama_backend.py
+(llama.cpp). Nothing outside a backend module reaches into the library objects it wraps.
+
+Also here, shared by every backend: `ModelError` (one line saying what to do), FIM token
+discovery from a vocabulary, and the names of stop tokens.
+Left out on purpose: loading (lsp_server/model.py picks a backend for a spec), decoding.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from typing import Callable, Protocol, Sequence, runtime_checkable
+
+Progress = Callable[[str, "float | None"], None]  # (message, fraction done or None)
+
+
+class ModelError(Exception):
+    """A model could not be loaded; str(err) is one line saying what to do."""
+
+
+@dataclass(frozen=True)
+class FimTokens:
+    prefix: int
+    suffix: int
+    middle: int
+    file_sep: int | None = None
+
+
+@runtime_checkable
+class Tokenizer(Protocol):
+    """The text side of a model."""
+
+    fim: FimTokens | None
+
+    def encode(self, text: str) -> list[int]: ...
+
+    def decode(self, ids: Sequence[int]) -> str: ...
+
+    def token_text(self, tid: int) -> str: ...
+
+    def vocabulary(self) -> dict[str, int]: ...
+
+    def special_ids(self) -> dict[str, int | None]: ...
+
+
+@runtime_checkable
+class Backend(Protocol):
+    """The tensor side of a model: what the engine's decode loop calls."""
+
+    spec: str  # the spec it was loaded from
+    name: str  # a readable name
+    stop_ids: frozenset[int]
+    vocab_size: int
+    load_seconds: float
+
+    def new_cache(self) -> object: ...
+
+    def forward(self, ids: Sequence[int], cache: object, last: int): ...  # -> float32 logits [last, vocab_size]
+
+    def crop(self, cache: object, keep: int) -> None: ...
+
+    def release(self, cache: object) -> None: ...
+
+    def describe(self) -> dict: ...
+
+
+class Model(Backend, Tokenizer, Protocol):
+    """A loaded model: both sides in one object."""
+
+
+# (prefix, suffix, middle, file separator) as different model families name them.
+FIM_NAMES = [
+    ("<|fim_prefix|>", "<|fim_suffix|>", "<|fim_middle|>", "<|file_sep|>"),  # Qwen2.5-Coder
+    ("<fim_prefix>", "<fim_suffix>", "<fim_middle>", "<file_sep>"),  # StarCoder(2), SantaCoder
+    ("<｜fim▁begin｜>", "<｜fim▁hole｜>", "<｜fim▁end｜>", None),  # DeepSeek-Coder
+    ("▁<PRE>", "▁<SUF>", "▁<MID>", None),  # CodeLlama
+    ("<PRE>", "<SUF>", "<MID>", None),
+]
+
+# Tokens that end a suggestion wherever the vocabulary has them.
+STOP_NAMES = ("<|endoftext|>", "<|im_end|>", "<|fim_pad|>", "<|repo_name|>", "<|file_sep|>", "<|fim_prefix|>",
+              "<|fim_suffix|>", "<|fim_middle|>", "<fim_pad>", "<file_sep>", "<|end_of_text|>", "<EOT>",
+              "▁<EOT>", "<｜end▁of▁sentence｜>")
+
+
+def find_fim_tokens(vocab: dict[str, int]) -> FimTokens | None:
+    """The FIM tokens a vocabulary (token text -> id) defines; None if it has none."""
+    for p, s, m, f in FIM_NAMES:
+        ids = [vocab.get(t) for t in (p, s, m)]
+        if all(i is not None for i in ids):
+            return FimTokens(int(ids[0]), int(ids[1]), int(ids[2]),
+                             int(vocab[f]) if f and vocab.get(f) is not None else None)
+    return None
+
+
+def stop_token_ids(vocab: dict[str, int], eos: Sequence[int] = (), fim: FimTokens | None = None) -> frozenset[int]:
+    """End-of-text ids: the model's own `eos`, every STOP_NAMES token it has, and its FIM tokens."""
+    stop = {int(t) for t in eos if isinstance(t, int)}
+    stop.update(int(vocab[n]) for n in STOP_NAMES if vocab.get(n) is not None)
+    if fim is not None:
+        stop.update(t for t in (fim.prefix, fim.suffix, fim.middle, fim.file_sep) if t is not None)
+    return frozenset(stop)
