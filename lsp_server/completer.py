@@ -15,8 +15,8 @@ from drafters import NGramDrafter
 
 from .context import ContextBudget, Prompt, build_prompt, finish, ghost_cut, split_at
 from .engine import Completion, DecodeOptions, Engine, Stats
+from .settings import DRAFTERS
 
-DRAFTERS = ("none", "ngram", "model", "hybrid")
 MAX_INDEXED_CHARS = 262144  # of one buffer, for the drafter: its head and tail past this
 HISTORY = "history"  # the n-gram source of accepted completions (priority 2)
 
@@ -56,7 +56,7 @@ class Suggestion:
 
 @dataclass
 class CompleterSettings:
-    drafter: str = "ngram"  # none | ngram | model | hybrid
+    drafter: str = "ngram"  # one of settings.DRAFTERS
     draft_model: str = "qwen2.5-coder-0.5b"  # model spec of the model / hybrid drafters
     history_tokens: int = 4096  # accepted completions kept in the n-gram index (oldest dropped)
     multiline: bool = True  # ghost text may span lines (until the block ends)

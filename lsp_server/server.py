@@ -15,7 +15,8 @@
   logged; a settings change to a loadable model recovers.
 - Params pygls cannot deserialise get an InvalidParams error (pygls 2.1.1 sends no reply
   at all for them).
-- Custom requests `ditto/stats` and `ditto/trace`; with the `debug_documents` setting,
+- Custom requests `ditto/stats` and `ditto/trace`; with the `debug_documents` setting (which a
+  client can set only when the server runs as `ditto-lsp serve --debug-hooks`),
   `ditto/debug/document` answers the server's text of an open document (tests compare it
   with a reference model of the edits).
 - Incremental edits are applied here, not by pygls (whose 2.1.1 code splits lines on
@@ -295,7 +296,7 @@ class DittoServer(LanguageServer):
         def job(cancel: threading.Event):
             if seq != self._load_wanted:
                 return None  # a newer load was asked for meanwhile
-            from .completer import Completer, CompleterSettings
+            from .completer import Completer
             from .engine import Engine
             from .model import load
 
@@ -304,8 +305,7 @@ class DittoServer(LanguageServer):
                       trust_remote_code=settings.trust_remote_code,
                       progress=lambda msg, frac: loop.call_soon_threadsafe(report, msg, frac))
             completer = Completer(lm, engine=Engine(StepHook(lm, self._before_step, self._after_step)),
-                                  settings=CompleterSettings(drafter=settings.drafter, multiline=settings.multiline,
-                                                             draft_model=settings.draft_model))
+                                  settings=self.settings.completer_settings())
             # Pass costs for the adaptive draft length, measured on a plain engine (no test hooks).
             from .completer import calibrate
 
@@ -367,8 +367,9 @@ class DittoServer(LanguageServer):
     # -- settings ----------------------------------------------------------------------------
     def apply_settings(self, options, where: str, load: bool = True) -> None:
         unknown: list[str] = []
+        refused: list[str] = []
         try:
-            new = self.settings.merged(options, unknown)
+            new = self.settings.merged(options, unknown, refused)
         except SettingsError as err:
             msg = f"Ditto: ignored {where}: {err}"
             log.error("%s", msg)
@@ -376,12 +377,10 @@ class DittoServer(LanguageServer):
             return
         if unknown:
             log.warning("ignored unknown settings in %s: %s", where, ", ".join(unknown))
-        old, self.settings = self.settings, new
-        if self.completer is not None:
-            from .completer import CompleterSettings
-
-            self.completer.settings = CompleterSettings(drafter=new.drafter, multiline=new.multiline,
-                                                        draft_model=new.draft_model)
+        if refused:
+            log.warning("ignored %s in %s: the server was not started with `ditto-lsp serve --debug-hooks`",
+                        ", ".join(refused), where)
+        old, self.settings = self.settings, new  # the worker gives the completer its share per request
         if load and (new.model_key() != old.model_key() or self.model_state == "failed"):
             self.request_load()
 
@@ -426,6 +425,7 @@ class DittoServer(LanguageServer):
             if completer is None:
                 return None
             self._apply_dirty(completer)
+            completer.settings = settings.completer_settings()  # on the worker: the request's settings
             self._step_cancel, self._step_uri = cancel, snap.uri
             try:
                 sug = completer.complete(model_text(snap.text), snap.line, snap.col, name=buffer_name(snap.uri), options=options,
@@ -695,7 +695,7 @@ def build_server(settings: Settings | None = None) -> DittoServer:
     @server.feature(DEBUG_DOCUMENT)
     def debug_document(ls: DittoServer, params):
         if not ls.settings.debug_documents:
-            raise JsonRpcMethodNotFound(f"{DEBUG_DOCUMENT} is off: set the debugDocuments setting")
+            raise JsonRpcMethodNotFound(f"{DEBUG_DOCUMENT} is off: needs `serve --debug-hooks` and debugDocuments")
         uri = _get(params, "uri")
         if not isinstance(uri, str):
             raise JsonRpcInvalidParams(f"{DEBUG_DOCUMENT}: uri must be a string")

@@ -30,7 +30,7 @@ def configure(c: RawClient, **options) -> None:
 def test_a_failing_model_pass_answers_an_error_is_logged_once_and_the_next_request_is_served(tmp_path):
     err = tmp_path / "stderr.txt"
     with open(err, "w") as stderr:
-        c = RawClient(["--model", "tiny-random", "--max-tokens", "8"], env=ENV, stderr=stderr)
+        c = RawClient(["--model", "tiny-random", "--max-tokens", "8", "--debug-hooks"], env=ENV, stderr=stderr)
     try:
         c.initialize({"maxTokens": 8})
         assert c.wait_ready(TIMEOUT)["params"]["value"]["message"] == "ready"
@@ -125,7 +125,7 @@ def children(pid: int) -> set[int]:
 
 
 def test_the_server_exits_promptly_when_the_client_goes_away_mid_generation():
-    c = RawClient(["--model", "tiny-random", "--max-tokens", "64"], env=ENV)
+    c = RawClient(["--model", "tiny-random", "--max-tokens", "64", "--debug-hooks"], env=ENV)
     try:
         c.initialize({"debugStepDelayMs": 500, "debugNotifySteps": True, "timeBudgetS": None})
         assert c.wait_ready(TIMEOUT)["params"]["value"]["message"] == "ready"

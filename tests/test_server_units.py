@@ -13,10 +13,28 @@ from lsp_server.settings import Settings, SettingsError
 
 def test_settings_accept_camel_case_nested_and_report_unknown_keys():
     unknown: list[str] = []
-    s = Settings().merged({"ditto": {"maxTokens": 12, "timeBudgetS": None, "debugStepDelayMs": 5}, "bogus": 1}, unknown)
+    s = Settings(debug_hooks=True).merged({"ditto": {"maxTokens": 12, "timeBudgetS": None, "debugStepDelayMs": 5},
+                                           "bogus": 1}, unknown)
     assert (s.max_tokens, s.time_budget_s, s.debug_step_delay_ms) == (12, None, 5.0)
     assert unknown == ["bogus"]
     assert s.decode_options().max_new_tokens == 12
+
+
+def test_debug_settings_are_refused_unless_the_server_has_debug_hooks():
+    debug = {"debugStepDelayMs": 5, "debugNotifySteps": True, "debugDocuments": True, "debugFailForward": True}
+    unknown: list[str] = []
+    refused: list[str] = []
+    s = Settings().merged({**debug, "debugHooks": True, "maxTokens": 3}, unknown, refused)
+    assert s == Settings(max_tokens=3) and unknown == []
+    assert refused == [*debug, "debugHooks"]
+    on = Settings(debug_hooks=True).merged(debug)
+    assert (on.debug_step_delay_ms, on.debug_notify_steps, on.debug_documents, on.debug_fail_forward) == \
+        (5, True, True, True)
+    refused.clear()
+    assert Settings(debug_hooks=True).merged({"debugHooks": False}, refused=refused).debug_hooks is True  # CLI only
+    assert refused == ["debugHooks"]
+    with pytest.raises(SettingsError, match="--debug-hooks"):
+        Settings(debug_documents=True).validate()  # a debug setting on without the hooks is no valid state
 
 
 @pytest.mark.parametrize("options", [{"maxTokens": 0}, {"maxTokens": "8"}, {"multiline": 1}, {"topP": 0},
