@@ -9,11 +9,12 @@ from __future__ import annotations
 
 import threading
 import time
+from collections import OrderedDict
 from dataclasses import dataclass, field, replace
 
 from drafters import NGramDrafter
 
-from .context import ContextBudget, Prompt, build_prompt, finish, ghost_cut, split_at
+from .context import ContextBudget, Prompt, Window, build_prompt, finish, ghost_cut, split_at
 from .engine import Completion, DecodeOptions, Engine, Stats
 from .settings import DRAFTERS
 
@@ -78,6 +79,7 @@ class Completer:
         self._draft_models: dict[str, object] = {}  # spec -> LoadedModel (loaded once)
         self._model_drafters: dict[str, object] = {}  # spec -> ModelDrafter
         self._hybrids: dict[str, object] = {}  # spec -> HybridDrafter (costs measured once)
+        self._windows: OrderedDict[str, Window] = OrderedDict()  # document -> where its prompt window starts
 
     # -- other open buffers -------------------------------------------------------------
     def set_buffer(self, name: str, text: str) -> None:
@@ -92,6 +94,23 @@ class Completer:
         self._buffers.pop(name, None)
         self.ngram.forget_source(name)
         self.engine.forget(name)
+        self.forget_window(name)
+
+    # -- prompt windows (context.py: windows that survive editing) --------------------------
+    MAX_WINDOWS = 64
+
+    def window(self, key: str | None) -> Window | None:
+        """The prompt-window state of a document (created on first use); None for no key."""
+        if key is None:
+            return None
+        w = self._windows.pop(key, None) or Window()
+        self._windows[key] = w
+        while len(self._windows) > self.MAX_WINDOWS:
+            self._windows.popitem(last=False)
+        return w
+
+    def forget_window(self, key: str) -> None:
+        self._windows.pop(key, None)
 
     # -- history: completions the user accepted ---------------------------------------------
     def accepted(self, text: str, after: str = "") -> None:
@@ -188,8 +207,11 @@ class Completer:
             others = [(n, t) for n, t in self._buffers.items() if n != name]
         _, typed, after, _ = split_at(text, line, col)
         heal = typed[len(typed.rstrip(" \t")) :]
-        prompt = build_prompt(self.lm, text, line, col - len(heal), others=others, path=name,
-                              budget=self.settings.budget)
+        # The healed blanks are left out of the prompt altogether (not moved into the suffix):
+        # the model writes them, and the suffix stays the same while the user types a word
+        # and a blank, so its tokens stay cached.
+        prompt = build_prompt(self.lm, _without(text, line, col, len(heal)), line, col - len(heal), others=others,
+                              path=name, budget=self.settings.budget, window=self.window(name or cache_key))
         shown_prompt = replace(prompt, typed=typed, after=after)
         multiline = self.settings.multiline
 
@@ -288,6 +310,15 @@ def calibrate(engine: Engine, lm, fresh: bool = False, n_max: int = 9) -> dict[i
     except OSError:
         pass  # a read-only cache only costs the next run a measurement
     return costs
+
+
+def _without(text: str, line: int, col: int, n: int) -> str:
+    """`text` without the n characters before 0-based (line, col)."""
+    if n <= 0:
+        return text
+    lines = text.split("\n")
+    lines[line] = lines[line][: col - n] + lines[line][col:]
+    return "\n".join(lines)
 
 
 def _cut(text: str, line: int, col: int) -> tuple[str, str]:
