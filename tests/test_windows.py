@@ -214,3 +214,17 @@ def test_the_total_budget_is_never_exceeded(tiny, seed):
         assert len(p.ids) <= total, (total, b)
         assert -1 not in p.ids
         assert lines[line][:col].endswith(tiny.decode(p.ids[p.ids.index(tiny.fim.middle) + 1 :]))
+
+
+def test_window_follows_its_lines_when_lines_are_added_above_it(tiny):
+    """An import added at the top of the file while the cursor is far below: same window text."""
+    budget = ContextBudget()
+    w = Window()
+    before = build_prompt(tiny, TEXT, 1200, 0, budget=budget, window=w)
+    assert before.start_line > 0
+    grown = "import sys\nimport os\n" + TEXT
+    after = build_prompt(tiny, grown, 1202, 0, budget=budget, window=w)
+    assert after.start_line == before.start_line + 2 and after.ids == before.ids and w.anchored == 1
+    shrunk = "\n".join(LINES[3:])
+    again = build_prompt(tiny, shrunk, 1197, 0, budget=budget, window=w)
+    assert again.start_line == before.start_line - 3 and again.ids == before.ids
