@@ -182,6 +182,22 @@ class Completer:
         """The hybrid drafters built so far (one per draft-model spec), for reports."""
         return list(self._hybrids.values())
 
+    def prompt_for(self, text: str, line: int, col: int, *, name: str | None = None, cache_key: str | None = None,
+                   others: list[tuple[str, str]] | None = None) -> Prompt:
+        """The prompt `complete` sends to the engine for this position (idle prefill warms this one).
+
+        Blanks typed just before the cursor are left out (healed): the model writes them
+        itself, and they are not moved into the suffix either, so the suffix stays the same
+        while the user types a word and a blank and its tokens stay cached. The document's
+        prompt window (context.py) is read and moved as for a completion.
+        """
+        if others is None:
+            others = [(n, t) for n, t in self._buffers.items() if n != name]
+        _, typed, _, _ = split_at(text, line, col)
+        heal = len(typed) - len(typed.rstrip(" \t"))
+        return build_prompt(self.lm, _without(text, line, col, heal), line, col - heal, others=others, path=name,
+                            budget=self.settings.budget, window=self.window(name or cache_key))
+
     def complete(self, text: str, line: int, col: int, *, name: str | None = None, options: DecodeOptions | None = None,
                  drafter: str | None = None, cancel: threading.Event | None = None, cache_key: str | None = None,
                  others: list[tuple[str, str]] | None = None) -> Suggestion:
@@ -203,15 +219,9 @@ class Completer:
         d = self.drafter_for(drafter_name)
         if hasattr(d, "set_options"):  # a model drafter samples its drafts as the target samples
             d.set_options(opts)
-        if others is None:
-            others = [(n, t) for n, t in self._buffers.items() if n != name]
         _, typed, after, _ = split_at(text, line, col)
         heal = typed[len(typed.rstrip(" \t")) :]
-        # The healed blanks are left out of the prompt altogether (not moved into the suffix):
-        # the model writes them, and the suffix stays the same while the user types a word
-        # and a blank, so its tokens stay cached.
-        prompt = build_prompt(self.lm, _without(text, line, col, len(heal)), line, col - len(heal), others=others,
-                              path=name, budget=self.settings.budget, window=self.window(name or cache_key))
+        prompt = self.prompt_for(text, line, col, name=name, cache_key=cache_key, others=others)
         shown_prompt = replace(prompt, typed=typed, after=after)
         multiline = self.settings.multiline
 

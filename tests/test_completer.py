@@ -214,3 +214,15 @@ def test_window_reuse_paths_give_the_fresh_result(lm, drafter):
         if name in ("enter", "typing", "new line typed", "line above deleted", "up 20"):
             assert share >= 0.9, (name, share)
     assert reuse.engine.cached_keys() == ["conv.py"]
+
+
+def test_prompt_for_is_the_prompt_complete_sends(lm):
+    """What an idle prefill warms (prompt_for) is what the next completion at that place prefills."""
+    c = Completer(lm)
+    doc = "import os\n\n\ndef main(path):\n    data = os.listdir(path)\n    return \n\nmain('.')\n"
+    p = c.prompt_for(doc, 5, 11, name="main.py", cache_key="main.py")
+    sug = c.complete(doc, 5, 11, name="main.py", options=OPTS, cache_key="main.py")
+    assert sug.prompt.ids == p.ids
+    # The blank typed after "return" is healed: not in the typed text, not in the suffix.
+    assert lm.decode(p.ids[p.ids.index(lm.fim.middle) + 1 :]) == "    return"
+    assert p.typed == "    return" and p.after == ""

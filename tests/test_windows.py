@@ -16,7 +16,7 @@ import random
 import pytest
 
 from lsp_server.context import ContextBudget, Window, build_prompt
-from lsp_server.model import tiny_random
+from lsp_server.tiny import tiny_random
 
 
 def real_file() -> str:
@@ -83,10 +83,10 @@ class RealTokenizer:
     def __init__(self, directory):
         from transformers import AutoTokenizer
 
-        from lsp_server.model import find_fim_tokens
+        from lsp_server.backend import find_fim_tokens
 
         self.tokenizer = AutoTokenizer.from_pretrained(str(directory), local_files_only=True)
-        self.fim = find_fim_tokens(self.tokenizer)
+        self.fim = find_fim_tokens(self.tokenizer.get_vocab())
 
     def encode(self, text: str) -> list[int]:
         return list(self.tokenizer.encode(text, add_special_tokens=False))
@@ -94,11 +94,11 @@ class RealTokenizer:
 
 @pytest.fixture(scope="module")
 def real():
-    from lsp_server.model import DEFAULT_SPEC, PACKAGED, _is_converted, converted_dir
+    from lsp_server.packaged import DEFAULT_SPEC, PACKAGED, converted_dir, is_converted
 
     pm = PACKAGED[DEFAULT_SPEC]
     directory = converted_dir(pm.name, pm.sha256)
-    if not _is_converted(directory):
+    if not is_converted(directory):
         pytest.skip(f"the default model is not installed at {directory} (README set-up)")
     return RealTokenizer(directory)
 
