@@ -29,6 +29,9 @@ def configure(p: argparse.ArgumentParser) -> None:
     g.add_argument("--log-file", default=None, metavar="PATH", help="also write the log to PATH (it always goes to stderr)")
     add_model_args(p)
     add_decode_args(p)
+    srv = p.add_argument_group("server")
+    srv.add_argument("--no-idle-prefill", action="store_true",
+                     help="do not prefill the likely next prompt while the editor is idle (on by default)")
     t = p.add_argument_group("testing")
     t.add_argument("--debug-hooks", action="store_true",
                    help="let the client set the debug* settings (test hooks: slowed or failing model passes, "

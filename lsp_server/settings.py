@@ -55,6 +55,7 @@ class Settings:
     time_budget_s: float | None = 5.0  # stop decoding after this long (None = no limit)
     multiline: bool = True  # ghost text may span lines (until the current block ends)
     adaptive: bool = True  # choose each draft's length from measured pass costs; False = verify draft_max tokens
+    idle_prefill: bool = True  # prefill the likely next prompt while the user pauses (the worker is otherwise idle)
     # -- testing (CLI only: `ditto-lsp serve --debug-hooks`) -----------------------------
     debug_hooks: bool = False  # let clients set the debug_* settings below
     debug_step_delay_ms: float = 0.0  # sleep before every model pass (tests make decoding slow to cancel it)
@@ -163,12 +164,12 @@ class Settings:
 
 # `serve` argument (argparse dest) of a user key where it is not the key's own name.
 _CLI_DEST = {"time_budget_s": "time_budget"}
-_CLI_NEGATED = {"multiline": "single_line", "adaptive": "no_adaptive"}  # key = not args.<flag>
+_CLI_NEGATED = {"multiline": "single_line", "adaptive": "no_adaptive", "idle_prefill": "no_idle_prefill"}  # key = not args.<flag>
 
 
 _TYPES = {
     "model": str, "device": str, "dtype": str, "drafter": str, "draft_model": str,
-    "trust_remote_code": bool, "multiline": bool, "adaptive": bool, "debug_hooks": bool,
+    "trust_remote_code": bool, "multiline": bool, "adaptive": bool, "idle_prefill": bool, "debug_hooks": bool,
     "debug_notify_steps": bool, "debug_documents": bool, "debug_fail_forward": bool,
     "max_tokens": int, "draft_max": int, "top_k": int, "seed": (int, type(None)),
     "temperature": float, "top_p": float, "time_budget_s": (float, type(None)), "debug_step_delay_ms": float,

@@ -66,7 +66,7 @@ async def wait_progress_end(client: LanguageClient):
 async def wait_step(client: LanguageClient, uri: str):
     while True:
         params = await asyncio.wait_for(client.wait_for_notification("ditto/debug/step"), TIMEOUT)
-        if params.uri == uri:
+        if params.uri == uri and not getattr(params, "idle", False):  # a request's pass, not idle prefill
             return
 
 

@@ -52,6 +52,7 @@ CHANGED = {
     "time_budget_s": (["--time-budget", "2.5"], 2.5),
     "multiline": (["--single-line"], False),
     "adaptive": (["--no-adaptive"], False),
+    "idle_prefill": (["--no-idle-prefill"], False),
 }
 VALUES = {k: v for k, (_, v) in CHANGED.items()}
 # Each of these again with drafter = model (the table above has hybrid).
@@ -110,7 +111,7 @@ def serve(*argv: str) -> Settings:
 
 def test_every_serve_setting_flag_is_a_settings_field_and_back():
     groups = {g.title: g for g in serve_parser()._action_groups}
-    flags = {o for title in ("model", "decoding") for a in groups[title]._group_actions for o in a.option_strings}
+    flags = {o for title in ("model", "decoding", "server") for a in groups[title]._group_actions for o in a.option_strings}
     assert flags == {argv[0] for argv, _ in CHANGED.values()}
     assert {o for a in groups["testing"]._group_actions for o in a.option_strings} == {"--debug-hooks"}
 

@@ -28,6 +28,7 @@ export interface DittoSettings {
   drafter: string;
   draftModel: string;
   adaptive: boolean;
+  idlePrefill: boolean;
   device: string;
   dtype: string;
   trustRemoteCode: boolean;
@@ -53,6 +54,7 @@ export const DEFAULTS: DittoSettings = {
   drafter: "ngram",
   draftModel: "qwen2.5-coder-0.5b",
   adaptive: true,
+  idlePrefill: true,
   device: "auto",
   dtype: "auto",
   trustRemoteCode: false,
@@ -72,6 +74,7 @@ export const SERVER_KEYS = [
   "drafter",
   "draftModel",
   "adaptive",
+  "idlePrefill",
   "device",
   "dtype",
   "trustRemoteCode",
@@ -119,6 +122,7 @@ export function readSettings(get: Getter): DittoSettings {
     drafter: typeof drafter === "string" && DRAFTERS.includes(drafter) ? drafter : DEFAULTS.drafter,
     draftModel: str(get("draftModel"), DEFAULTS.draftModel),
     adaptive: bool(get("adaptive"), DEFAULTS.adaptive),
+    idlePrefill: bool(get("idlePrefill"), DEFAULTS.idlePrefill),
     device: str(get("device"), DEFAULTS.device),
     dtype: str(get("dtype"), DEFAULTS.dtype),
     trustRemoteCode: bool(get("trustRemoteCode"), DEFAULTS.trustRemoteCode),

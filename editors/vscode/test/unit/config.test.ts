@@ -29,6 +29,7 @@ test("settings become flat camelCase initializationOptions, client-only keys lef
     drafter: "none",
     draftModel: "qwen2.5-coder-0.5b",
     adaptive: true,
+    idlePrefill: true,
     device: "auto",
     dtype: "auto",
     trustRemoteCode: false,
