@@ -166,8 +166,9 @@ class LlamaModel:
         self._model = self._ctx = None
         mp = L.llama_model_default_params()
         mp.n_gpu_layers = -1 if gpu else 0
-        if os.environ.get("DITTO_LLAMA_EXTRA_BUFFERS", "1") == "0":
-            mp.use_extra_bufts = False  # no repacked / AMX weight layouts
+        extra = os.environ.get("DITTO_LLAMA_EXTRA_BUFFERS")
+        if extra == "0" or (extra is None and _built_with_amx(L)):
+            mp.use_extra_bufts = False  # no repacked / AMX weight layouts (see _built_with_amx)
         _LOG_TAIL.clear()
         self._model = self._native.model = L.llama_model_load_from_file(str(self.path).encode(), mp)
         if not self._model:
@@ -377,6 +378,37 @@ class LlamaModel:
             log.warning("llama.cpp could not save a sequence of slot %d; it will be recomputed", lru_slot)
         self._slots[lru_slot] = None
         return lru_slot
+
+
+_AMX_WARNED = []
+
+
+def _built_with_amx(L) -> bool:
+    """True if llama.cpp's CPU library was compiled with AMX tile kernels.
+
+    Such a build (pip's default `-march=native` on a CPU that has AMX) died with SIGILL in
+    ggml's AMX matrix product on the first quantised prompt pass on the machine Ditto is
+    developed on (a VM), which kills the server. Ditto then turns the extra weight layouts
+    off (AMX and repacked; slower) unless DITTO_LLAMA_EXTRA_BUFFERS=1; the README's install
+    command builds without AMX and keeps the repacked layouts.
+    """
+    import glob
+
+    libdir = Path(L.__file__).parent / "lib"
+    for path in sorted(glob.glob(str(libdir / "libggml-cpu*.so*")) + glob.glob(str(libdir / "libggml-cpu*.dylib"))):
+        try:
+            fn = ctypes.CDLL(path).ggml_cpu_has_amx_int8
+        except (OSError, AttributeError):
+            continue
+        fn.restype = ctypes.c_int
+        amx = bool(fn())
+        if amx and not _AMX_WARNED:
+            _AMX_WARNED.append(True)
+            log.warning("this llama-cpp-python build has AMX kernels, which crashed on the CPU this was developed on: "
+                        "running without extra weight layouts (slower); reinstall it as the README says, or set "
+                        "DITTO_LLAMA_EXTRA_BUFFERS=1 to use them")
+        return amx
+    return False
 
 
 def _file_type(L, model) -> str:

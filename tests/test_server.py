@@ -9,6 +9,7 @@ with what `Completer.complete` returns in-process for the same snapshot.
 from __future__ import annotations
 
 import asyncio
+import os
 import sys
 import uuid
 
@@ -20,7 +21,8 @@ from pytest_lsp import ClientServerConfig, LanguageClient
 
 pytestmark = pytest.mark.asyncio(loop_scope="module")
 
-SERVER = [sys.executable, "-m", "lsp_server.cli", "serve", "--model", "tiny-random", "--max-tokens", "12"]
+SERVER = [sys.executable, "-m", "lsp_server.cli", "serve", "--model", "tiny-random", "--max-tokens", "12",
+          "--debug-hooks"]  # the debug* settings below are refused without it
 FAST = {"maxTokens": 12, "debugStepDelayMs": 0, "debugNotifySteps": False, "timeBudgetS": 10}
 TIMEOUT = 60
 
@@ -65,7 +67,7 @@ async def wait_progress_end(client: LanguageClient):
 async def wait_step(client: LanguageClient, uri: str):
     while True:
         params = await asyncio.wait_for(client.wait_for_notification("ditto/debug/step"), TIMEOUT)
-        if params.uri == uri:
+        if params.uri == uri and not getattr(params, "idle", False):  # a request's pass, not idle prefill
             return
 
 
@@ -139,6 +141,8 @@ async def test_model_load_reported_with_progress_and_stats_name_the_model(client
     assert isinstance(reports[-1], types.WorkDoneProgressEnd) and reports[-1].message == "ready"
     s = await stats(client)
     assert s["model_state"] == "ready" and s["model"] == "tiny-random" and s["device"] == "cpu"
+    # tiny-random runs on torch unless the run chose a backend (tests/test_backend_e2e.py: llama.cpp)
+    assert s["backend"] == (os.environ.get("DITTO_BACKEND") or "torch")
 
 
 # -- completion ---------------------------------------------------------------------------------
