@@ -265,13 +265,14 @@ class Completer:
                             budget=self.settings.budget, window=self.window(name or cache_key))
 
     def warm(self, text: str, line: int, col: int, *, name: str | None = None, cache_key: str,
-             cancel: threading.Event | None = None, chunk: int = 32) -> Stats:
+             cancel: threading.Event | None = None, chunk: int = 32,
+             others: list[tuple[str, str]] | None = None) -> Stats:
         """Prefill the prompt of a completion at (line, col) without decoding (idle prefill).
 
         The same prompt `complete` would build, into the same cache: a request there then
         prefills nothing, and one that cancels this keeps what it finished (Engine.warm).
         """
-        prompt = self.prompt_for(text, line, col, name=name, cache_key=cache_key)
+        prompt = self.prompt_for(text, line, col, name=name, cache_key=cache_key, others=others)
         return self.engine.warm(prompt.ids, cache_key, cancel=cancel, chunk=chunk)
 
     def complete(self, text: str, line: int, col: int, *, name: str | None = None, options: DecodeOptions | None = None,

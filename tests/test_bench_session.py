@@ -118,7 +118,10 @@ def test_session_replay_reuses_the_cache_across_enter_and_moves(repo, lm):
     assert v["sessions"] == 1 and v["tasks"] == 3 and v["requests"] == len(per["ngram"])
     assert v["prefill_tokens_mean_model"] < nr["prefill_tokens_mean_model"]
     assert nr["reused_share_enter_mean"] == 0.0 and v["reused_share_enter_mean"] > 0.5
-    assert v["idle_prefill_hits"] == 0  # no idle prefill yet
+    moves = [r for r in per["ngram"] if r["event"] == "move"]
+    assert v["idle_prefill_hits"] == len(moves) == 3  # the user paused at each new place: prefilled there
+    assert all(r["reused_tokens"] >= 0.9 * r["prompt_tokens"] for r in moves if not r["typethrough"])
+    assert all(r["idle_prefill_tokens"] == 0 for r in per["ngram-noreuse"])
     assert "prefill_tokens_p95_gain_vs_noreuse" in v
     assert completer.engine.cached_keys() == []  # the session's cache entry is dropped afterwards
 

@@ -42,6 +42,8 @@ def configure(p: argparse.ArgumentParser) -> None:
     p.add_argument("--max-keystrokes", type=int, default=None,
                    help="keystroke mode: type at most this many characters per task; session mode: per line, the "
                         "rest of the line is inserted without a request")
+    p.add_argument("--no-idle-prefill", action="store_true",
+                   help="session mode: no idle prefill where the user arrives (the server does it by default)")
     p.add_argument("--lookup-tokens", type=int, default=10, help="prompt_lookup_num_tokens of hf-prompt-lookup (default 10)")
     p.add_argument("--time-limit", type=float, default=None, metavar="SECONDS",
                    help="stop starting new tasks after this long and write what is done")
@@ -175,7 +177,7 @@ def run(args) -> int:
         "machine": _machine(lm), "versions": _versions(), "command": shlex.join(["ditto-lsp", *sys.argv[1:]]),
         "max_tokens": opts.max_new_tokens, "draft_max": opts.draft_max, "adaptive": adaptive, "context_tokens": budget.total,
         "budget": {k: getattr(budget, k) for k in ("total", "above", "below", "snippets", "slack", "chunk_lines")},
-        "max_keystrokes": args.max_keystrokes, "time_budget_s": opts.time_budget_s,
+        "max_keystrokes": args.max_keystrokes, "idle_prefill": not getattr(args, "no_idle_prefill", False), "time_budget_s": opts.time_budget_s,
         "tasks_harvested": len(h.tasks), "candidates": h.candidates, "commits_scanned": h.commits_scanned,
         "commits_skipped": h.commits_skipped, "note": args.note,
     }
@@ -210,7 +212,8 @@ def run(args) -> int:
                     partial, stopped = True, f"--time-limit {args.time_limit:g}s reached"
                     break
                 if session_mode:
-                    records.extend(bench.session(unit, systems, args.max_keystrokes))
+                    records.extend(bench.session(unit, systems, args.max_keystrokes,
+                                                 idle_prefill=not args.no_idle_prefill))
                     done_tasks.extend(unit.tasks)
                     done_sessions.append(unit)
                 elif args.mode == "keystroke":

@@ -127,8 +127,9 @@ def markdown(results: dict) -> str:
         out += ["## Session replay: time to suggestion and prefill per request", "", session_table(summary), ""]
         out.append("\"model\" columns leave out type-through answers. Reused after Enter / a move: mean share of the "
                    "prompt's tokens taken from the KV cache on those requests (count in brackets). Window moves: requests "
-                   "whose lines-above window started at another line than the previous one. Idle-prefill hits stay 0 "
-                   "until the engine reports idle prefill (Stats.idle_prefill_tokens). Systems with -noreuse pass no "
+                   "whose lines-above window started at another line than the previous one. Idle-prefill hits: "
+                   "requests at a new place whose prompt was prefilled while the user paused there (server.py idle "
+                   "prefill; not counted in their time to suggestion; off with --no-idle-prefill). Systems with -noreuse pass no "
                    "cache key: no KV reuse and no type-through.")
         if meta.get("budget"):
             out.append("")

@@ -114,12 +114,17 @@ class Bench:
 
     # -- session mode -----------------------------------------------------------------------
     def session(self, session, systems: list[str], max_keystrokes: int | None,
-                on_request: Callable[[], None] | None = None) -> Iterator[dict]:
+                on_request: Callable[[], None] | None = None, idle_prefill: bool = True) -> Iterator[dict]:
         """One record per request of the session replay (session.py), each system in turn.
 
         A system with a cache key keeps one KV cache for the whole session (`doc:<path>`),
         as the server keeps one per document; a -noreuse system passes none. Both follow
         the same prompt windows (the Completer keys them by the document's name).
+
+        `idle_prefill`: the user pauses where they arrive (a `move`) before typing, and the
+        server prefills the prompt there meanwhile (server.py idle prefill, Completer.warm);
+        that prefill is the record's `idle_prefill_tokens` / `idle_prefill_ms` and is not part
+        of its time to suggestion. Systems without a cache key have nothing to prefill into.
         """
         from .session import events
 
@@ -132,19 +137,22 @@ class Bench:
             try:
                 for ev in events(session, max_keystrokes):
                     task = ev.task
+                    idle_tokens, idle_ms = 0, 0.0
+                    if idle_prefill and key is not None and ev.kind == "move":
+                        warm = self.completer.warm(ev.text, ev.line, ev.col, name=task.path, cache_key=key,
+                                                   others=list(session.buffers))
+                        idle_tokens, idle_ms = warm.prefill_tokens, warm.prefill_ms
                     run, sug = run_ditto(self.completer, _with_buffers(task, session.buffers), base, self.options, key,
                                          text=ev.text, line=ev.line, col=ev.col)
                     typethrough = bool(getattr(sug, "typethrough", False))
-                    stats = sug.completion.stats
                     rec = {"session": session.id, "task": task.id, "system": s, "event": ev.kind,
                            "keystroke": ev.keystroke, "line": ev.line, "copyable": task.copyable,
                            "tts_ms": round(run.latency_ms, 2), "typethrough": typethrough,
                            "start_line": None if typethrough else sug.prompt.start_line,
                            "window_moved": (not typethrough and prev is not None
                                             and sug.prompt.start_line != prev.start_line),
-                           # Prompt tokens whose KV an idle prefill computed before this request
-                           # (engine Stats.idle_prefill_tokens once idle prefill exists; 0 until then).
-                           "idle_prefill_tokens": int(getattr(stats, "idle_prefill_tokens", 0) or 0),
+                           # Prompt tokens an idle prefill computed while the user paused before this request.
+                           "idle_prefill_tokens": idle_tokens, "idle_prefill_ms": round(idle_ms, 1),
                            **run.as_dict()}
                     if not typethrough:
                         prev = sug.prompt
