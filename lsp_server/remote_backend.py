@@ -296,18 +296,18 @@ class GGUFTokenizer:
 class CharTokenizer:
     """The fallback when no local copy of the engine's tokenizer is at hand: an estimate.
 
-    Text is cut into runs of letters/digits, runs of blanks and single other characters,
-    and each run into pieces of at most 4 characters; one piece counts as one token.
-    Real code tokenizers average 3-4 characters per token and merge whole words, so this
-    overcounts a little: prompts come out a little shorter than the budget allows, never
-    longer (docs/team.md gives the measured ratio). Ids pack the piece's characters, so
-    `decode(encode(t)) == t` for every text with no table to grow.
+    One token per: up to 6 ASCII letters (with a blank before them), any other letter,
+    digit or punctuation character, up to 4 underscores, up to 16 blanks, up to 16 line
+    breaks. Measured against Qwen2.5-Coder's tokenizer on this repository's source and
+    docs (docs/team.md): 1.38 times its count overall and at least 1.12 times on every
+    file, so a prompt comes out shorter than the budget allows, never longer. Ids pack the
+    piece's characters, so `decode(encode(t)) == t` for every text with no table to grow.
 
     The FIM tokens are the family's that `family` names (qwen, starcoder, deepseek); with
     none, the prompt is plain text before the cursor.
     """
 
-    PIECE = re.compile(r"[^\W_]{1,4}|_{1,4}|[ \t]{1,4}|\n|[^\w\s]|\s")
+    PIECE = re.compile(r" ?[A-Za-z]{1,6}|[^\W\d_]|\d|_{1,4}|[ \t]{1,16}|\n{1,16}|[^\w\s]|\s")
     BASE = 64  # ids below this are the special tokens
 
     def __init__(self, family: tuple | None):
@@ -337,7 +337,7 @@ class CharTokenizer:
                 continue
             for piece in self.PIECE.findall(part):
                 data = piece.encode("utf-32-le", "surrogatepass")
-                ids.append(self.BASE + len(piece) + 8 * int.from_bytes(data, "little"))
+                ids.append(self.BASE + (int.from_bytes(data, "little") << 5 | len(piece)))
         return ids
 
     def decode(self, ids: Sequence[int]) -> str:
@@ -346,7 +346,7 @@ class CharTokenizer:
             if tid < self.BASE:
                 out.append(self._text.get(tid, ""))
                 continue
-            n, v = (tid - self.BASE) % 8, (tid - self.BASE) // 8
+            n, v = (tid - self.BASE) & 31, (tid - self.BASE) >> 5
             out.append(v.to_bytes(4 * n, "little").decode("utf-32-le", "surrogatepass"))
         return "".join(out)
 
