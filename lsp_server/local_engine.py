@@ -34,6 +34,21 @@ import time
 from pathlib import Path
 
 
+def test_certificates(directory: str | Path) -> tuple[Path, Path, Path]:
+    """(certificate, key, CA) for https on 127.0.0.1, made with the openssl command (tests only)."""
+    d = Path(directory)
+    ca_key, ca, key, csr, cert, ext = (d / n for n in ("ca.key", "ca.pem", "server.key", "server.csr", "server.pem",
+                                                       "san.cnf"))
+    ext.write_text("subjectAltName=IP:127.0.0.1\n")
+    run = lambda *a: subprocess.run(["openssl", *a], check=True, capture_output=True)  # noqa: E731
+    run("req", "-x509", "-newkey", "rsa:2048", "-nodes", "-keyout", str(ca_key), "-out", str(ca), "-days", "2",
+        "-subj", "/CN=ditto test CA")
+    run("req", "-newkey", "rsa:2048", "-nodes", "-keyout", str(key), "-out", str(csr), "-subj", "/CN=127.0.0.1")
+    run("x509", "-req", "-in", str(csr), "-CA", str(ca), "-CAkey", str(ca_key), "-CAcreateserial", "-out", str(cert),
+        "-days", "2", "-extfile", str(ext))
+    return cert, key, ca
+
+
 def free_port() -> int:
     with socket.socket() as s:
         s.bind(("127.0.0.1", 0))
@@ -75,7 +90,8 @@ class LlamaCppServer:
 
     def __init__(self, gguf: str | Path, port: int | None = None, *, alias: str = "tiny", n_ctx: int = 4096,
                  api_key: str | None = None, log_dir: str | Path | None = None, threads: int = 1,
-                 interrupt_requests: bool = False, flash_attn: bool = False):
+                 interrupt_requests: bool = False, flash_attn: bool = False,
+                 tls: tuple[str, str, str] | None = None):
         self.gguf = Path(gguf)
         self.port = port or free_port()
         self.alias = alias
@@ -89,6 +105,7 @@ class LlamaCppServer:
         # cache ends. Without it, any split gives the same logits to ~1e-5.
         self.flash_attn = flash_attn
         self.log_dir = Path(log_dir or self.gguf.parent)
+        self.tls = tls  # (certificate, key, CA that signed it): serve https
         self.proc: subprocess.Popen | None = None
         self.starts = 0
         self.stdout_path = self.log_dir / f"engine-{self.port}.out"
@@ -96,7 +113,7 @@ class LlamaCppServer:
 
     @property
     def url(self) -> str:
-        return f"http://127.0.0.1:{self.port}/v1"
+        return f"{'https' if self.tls else 'http'}://127.0.0.1:{self.port}/v1"
 
     def spec(self, tokenizer: str | None = None, engine: str = "llama.cpp") -> str:
         return f"{self.url}#{self.alias}&tokenizer={tokenizer or self.gguf}&engine={engine}"
@@ -111,6 +128,8 @@ class LlamaCppServer:
                "--flash_attn", str(self.flash_attn)]
         if self.api_key:
             cmd += ["--api_key", self.api_key]
+        if self.tls:
+            cmd += ["--ssl_certfile", str(self.tls[0]), "--ssl_keyfile", str(self.tls[1])]
         env = {**os.environ, "PYTHONUNBUFFERED": "1", "OMP_NUM_THREADS": str(self.threads)}
         with open(self.stdout_path, "ab") as out, open(self.stderr_path, "ab") as err:
             self.proc = subprocess.Popen(cmd, stdout=out, stderr=err, stdin=subprocess.DEVNULL, env=env)
@@ -126,9 +145,17 @@ class LlamaCppServer:
                 raise RuntimeError(f"llama_cpp.server did not answer in {timeout} s: {self.stderr_tail()}")
             time.sleep(0.1)
 
+    def _connection(self, timeout: float):
+        if self.tls:
+            import ssl
+
+            return http.client.HTTPSConnection("127.0.0.1", self.port, timeout=timeout,
+                                               context=ssl.create_default_context(cafile=str(self.tls[2])))
+        return http.client.HTTPConnection("127.0.0.1", self.port, timeout=timeout)
+
     def ready(self) -> bool:
         try:
-            conn = http.client.HTTPConnection("127.0.0.1", self.port, timeout=2)
+            conn = self._connection(2)
             headers = {"Authorization": f"Bearer {self.api_key}"} if self.api_key else {}
             conn.request("GET", "/v1/models", headers=headers)
             ok = conn.getresponse().status == 200
@@ -139,7 +166,7 @@ class LlamaCppServer:
 
     def complete_directly(self, max_tokens: int, prompt: str = "def f():\n") -> dict:
         """A plain completion sent straight to the engine (not through Ditto): an anchor in its output."""
-        conn = http.client.HTTPConnection("127.0.0.1", self.port, timeout=120)
+        conn = self._connection(120)
         headers = {"Content-Type": "application/json", **({"Authorization": f"Bearer {self.api_key}"}
                                                            if self.api_key else {})}
         body = {"prompt": prompt, "max_tokens": max_tokens, "temperature": 0,

@@ -59,6 +59,7 @@ from .backend import FIM_NAMES, FimTokens, ModelError, Progress, find_fim_tokens
 log = logging.getLogger(__name__)
 
 ENGINES = ("openai", "llama.cpp", "vllm", "ollama")
+READ_TIMEOUT_S = 60.0  # the longest wait for the next byte when no time budget bounds a request
 REMOTE_KEYS = ("headers", "ca_file", "cert_file", "key_file", "body", "connect_timeout_s")
 
 
@@ -145,7 +146,10 @@ class Transport:
 
     @classmethod
     def from_setting(cls, remote: dict | None) -> "Transport":
-        remote = dict(remote or {})
+        try:
+            remote = check_remote_setting(dict(remote or {}))  # camelCase keys too, when called directly
+        except ValueError as err:
+            raise ModelError(f"setting 'remote': {err}") from None
         return cls(headers=expand_headers(remote.get("headers") or {}), ca_file=remote.get("ca_file"),
                    cert_file=remote.get("cert_file"), key_file=remote.get("key_file"),
                    body=dict(remote.get("body") or {}), connect_timeout_s=float(remote.get("connect_timeout_s", 3.0)))
@@ -598,7 +602,8 @@ class _Request:
         try:
             wrapped = ctx.wrap_socket(sock, server_hostname=self.ep.host)
         except ssl.SSLError as err:
-            raise RemoteError("tls", f"TLS with {self.ep.origin} failed: {err.reason or err}") from None
+            why = getattr(err, "verify_message", None) or err.reason or str(err)
+            raise RemoteError("tls", f"TLS with {self.ep.origin} failed: {why}") from None
         with self._lock:
             self._sock = wrapped
         if self.reason is not None:
@@ -617,7 +622,10 @@ class _Request:
         conn = None
         try:
             sock = self._connect()
-            sock.settimeout(None if self.deadline is None else max(0.05, self.deadline - time.monotonic()) + 1)
+            # A read that waits past the deadline is aborted by the watcher; with no time budget, an
+            # engine that sends nothing for READ_TIMEOUT_S is a failure rather than a hang.
+            sock.settimeout(READ_TIMEOUT_S if self.deadline is None
+                            else max(0.05, self.deadline - time.monotonic()) + 1)
             if self.ep.scheme == "https":
                 sock = self._tls(sock)
             conn = http.client.HTTPConnection(self.ep.host, self.ep.port)
@@ -642,7 +650,7 @@ class _Request:
         except (OSError, http.client.HTTPException) as err:
             self._check()  # our own abort shows up as a socket error
             if isinstance(err, (socket.timeout, TimeoutError)):
-                raise RemoteError("timeout", f"{self.ep.url} sent nothing in time") from None
+                raise RemoteError("timeout", f"{self.ep.url} sent nothing for {READ_TIMEOUT_S:.0f} s") from None
             if isinstance(err, ssl.SSLCertVerificationError):
                 raise RemoteError("tls", f"TLS with {self.ep.origin}: {err.verify_message}") from None
             text = getattr(err, "strerror", None) or str(err) or type(err).__name__

@@ -408,10 +408,12 @@ def most_at_once(spans: list[tuple[float, float]]) -> int:
 
 def team_storm(model: str, clients: int = 4, edits: int = 500, *, engine=None, kill_at: float | None = None,
                down_s: float = 2.0, serve_args: list[str] | tuple = (), seed: int = 0, max_tokens: int = 16,
-               warmup: int = 20, log=None, server_env: dict | None = None) -> dict:
+               warmup: int = 20, log=None, server_env: dict | None = None, keep_intervals: bool = False) -> dict:
     """Several clients, each its own `ditto-lsp serve`, storming one engine at once (module docstring).
 
     `engine`: a lsp_server.local_engine.LlamaCppServer to kill and restart (with `kill_at`).
+    `keep_intervals`: also return each client's requests to the engine as (start, first
+    piece, end, outcome) in wall-clock seconds, and the outage's times.
     """
     say = log or (lambda *a: None)
     results: list = [None] * clients
@@ -469,6 +471,8 @@ def team_storm(model: str, clients: int = 4, edits: int = 500, *, engine=None, k
         intervals = remote.pop("intervals", []) if isinstance(remote, dict) else []
         spans_open += [(a, c) for a, _, c, _ in intervals]
         spans_busy += [(b, c) for a, b, c, _ in intervals if b is not None]
+        if keep_intervals:
+            r["intervals"] = intervals
         row = {"client": k, "extra_keys": r["extra_keys"], "requests": r["requests_sent"], "answered": r["answered"],
                "lost": r["dropped_no_answer"], "with_suggestion": r["answered_with_items"],
                "answer_ms": {q: r["latency_ms"][q] for q in ("p50", "p95")},
@@ -476,8 +480,14 @@ def team_storm(model: str, clients: int = 4, edits: int = 500, *, engine=None, k
                "engine_errors": remote.get("errors"), "exit_code": r["exit_code"],
                "alive_until_shutdown": r["alive_until_shutdown"]}
         if "restart_ready" in events:
-            ok_after = [c for a, _, c, outcome in intervals if outcome == "ok" and c >= events["restart_ready"]]
-            row["recovered_s_after_restart"] = round(min(ok_after) - events["restart_ready"], 2) if ok_after else None
+            ready = events["restart_ready"]
+            # The engine streams to this client again (a first piece), and a suggestion is complete again
+            # (a request not superseded by the next keystroke before its end: with four clients in one
+            # engine's queue, that takes a pause in the typing).
+            streamed = [b for a, b, c, _ in intervals if b is not None and b >= ready]
+            ok_after = [c for a, _, c, outcome in intervals if outcome == "ok" and c >= ready]
+            row["streaming_s_after_restart"] = round(min(streamed) - ready, 2) if streamed else None
+            row["recovered_s_after_restart"] = round(min(ok_after) - ready, 2) if ok_after else None
         per_client.append(row)
     return {
         "model": model, "clients": clients, "edits_per_client": edits, "max_tokens": max_tokens,
@@ -489,9 +499,16 @@ def team_storm(model: str, clients: int = 4, edits: int = 500, *, engine=None, k
                                "streams_generating_at_once_max": most_at_once(spans_busy),
                                "requests": len(spans_open)},
         "outage": ({"down_s": round(events["restart_spawn"] - events["kill"], 2),
-                    "restart_to_ready_s": round(events["restart_ready"] - events["restart_spawn"], 2)}
+                    "restart_to_ready_s": round(events["restart_ready"] - events["restart_spawn"], 2),
+                    # When the restarted engine first streamed to any client: its cold start (the first
+                    # completions after a start are slow), which every client's recovery includes.
+                    "first_piece_after_ready_s": min((row["streaming_s_after_restart"] for row in per_client
+                                                      if row.get("streaming_s_after_restart") is not None),
+                                                     default=None)}
                    if "restart_ready" in events else None),
         "per_client": per_client,
+        **({"intervals": [r.get("intervals") if r else None for r in results], "events": events}
+           if keep_intervals else {}),
     }
 
 

@@ -268,6 +268,35 @@ def test_a_cancelled_request_stops_the_engines_generation(engine, env):
     assert gen.counts["stop_rule"] == 1 and gen.counts["cancelled"] == 1 and gen.counts["errors"] == 0
 
 
+def test_https_verifies_the_engine_against_the_ca_file(engine, env, tmp_path):
+    """An https engine: with the CA that signed its certificate, suggestions; without it, one
+    TLS failure (the system's CAs do not know a test CA)."""
+    import shutil
+
+    from lsp_server.context import Prompt
+    from lsp_server.engine import DecodeOptions
+    from lsp_server.local_engine import LlamaCppServer, test_certificates
+    from lsp_server.model import load
+
+    if shutil.which("openssl") is None:
+        pytest.skip("needs the openssl command to make a test certificate")
+    cert, key, ca = test_certificates(tmp_path)
+    tls = LlamaCppServer(engine.gguf, api_key=KEY, log_dir=tmp_path, tls=(cert, key, ca))
+    tls.start()
+    try:
+        assert tls.spec().startswith("https://127.0.0.1:")
+        opts = DecodeOptions(max_new_tokens=8, time_budget_s=None)
+        good = load(tls.spec(), remote={**REMOTE, "caFile": str(ca)}).generator()
+        prompt = Prompt(good.model.encode("def f():\n"), "", "", "", "")
+        out = good.generate(prompt, options=opts, done=lambda t: False)
+        assert out.completion.stats.stop_reason == "length" and out.notice is None
+        bad = load(tls.spec(), remote=REMOTE).generator()
+        out = bad.generate(prompt, options=opts, done=lambda t: False)
+        assert out.completion.stats.stop_reason == "error" and "TLS with" in out.notice and "certificate" in out.notice
+    finally:
+        tls.stop()
+
+
 def _wait(pred, what, timeout=TIMEOUT):
     import time
 
