@@ -523,6 +523,7 @@ class _Request:
     def __init__(self, ep: Endpoint, tr: Transport, cancel: threading.Event, deadline: float | None):
         self.ep, self.tr, self.cancel, self.deadline = ep, tr, cancel, deadline
         self.reason: str | None = None  # why it was aborted
+        self.answered = False  # the engine sent a 200 response (it is up, whatever happens next)
         self._sock = None
         self._lock = threading.Lock()
         self._finished = threading.Event()
@@ -635,6 +636,7 @@ class _Request:
                        "User-Agent": "ditto-lsp", **self.tr.headers}
             conn.request("POST", self.ep.path, body=payload, headers=headers)
             resp = conn.getresponse()
+            self.answered = resp.status == 200
             if resp.status != 200:
                 raise RemoteError(f"http {resp.status}", f"{self.ep.url} answered HTTP {resp.status} "
                                   f"{resp.reason}: {_error_text(resp.read(2000))}")
@@ -769,6 +771,8 @@ class RemoteGenerator:
         self.model = model
         self.engine = None
         self.problem: str | None = None  # kind of failure that began the current outage, None while healthy
+        # ok: the engine answered (whether the suggestion then ran out, was cut by the stop rules, timed
+        # out or was cancelled); errors: it failed. cancelled, stop_rule and time say how requests ended.
         self.counts = {"requests": 0, "ok": 0, "errors": 0, "cancelled": 0, "stop_rule": 0, "time": 0}
         self.first_piece_ms: deque = deque(maxlen=1000)
         self.intervals: deque = deque(maxlen=4000)  # (start, first piece or None, end, outcome), wall clock
@@ -872,7 +876,9 @@ class RemoteGenerator:
             stats.stop_reason, outcome, text = "error", "error", ""
         finally:
             self.in_flight -= 1
-        if outcome != "error":
+        if outcome != "error" and req.answered:
+            # Only an answer ends an outage: a request superseded while it was still connecting to
+            # a dead host proves nothing (and must not make the next failure a new message).
             self.counts["ok"] += 1
             if first[0] is not None:
                 self.first_piece_ms.append((first[0] - t0) * 1000)

@@ -164,7 +164,7 @@ def no_end(engine) -> dict:
 
 
 def test_suggestions_equal_the_local_llama_cpp_backends(engine, env, monkeypatch):
-    """Greedy, on every line start, middle and end of a file: the same ghost text as Ditto's own
+    """Greedy, at the start and end of every line of a file: the same ghost text as Ditto's own
     llama.cpp backend on the same GGUF, given the same prompt text (an engine tokenizes the text
     whole; Ditto's local prompt tokenizes each line on its own for a stable KV cache).
 
@@ -209,14 +209,14 @@ def test_suggestions_equal_the_local_llama_cpp_backends(engine, env, monkeypatch
     local_lm = load(str(engine.gguf), backend="llama.cpp")
     lines = SOURCE.split("\n")
     checked = nonempty = 0
-    # Drafting off at the start, middle and end of every line; the n-gram drafter (exact, so
-    # the same text) at line ends.
-    for drafter, cols in (("none", lambda n: {0, n // 2, n}), ("ngram", lambda n: {n})):
+    # Drafting off at the start and end of every line; the n-gram drafter (exact, so the same
+    # text) at the end of every other line.
+    for drafter, cols in (("none", lambda i, n: {0, n}), ("ngram", lambda i, n: {n} if i % 2 else set())):
         local = Completer(local_lm, generator=TextPrompt(Engine(local_lm)), settings=CompleterSettings(drafter=drafter))
         for c in (remote, local):
             c.set_buffer("other.py", SOURCE)
         for i, line in enumerate(lines):
-            for col in sorted(cols(len(line))):
+            for col in sorted(cols(i, len(line))):
                 opts = DecodeOptions(max_new_tokens=16, time_budget_s=None)
                 a = remote.complete(SOURCE, i, col, name="this.py", options=opts)
                 b = local.complete(SOURCE, i, col, name="this.py", options=opts)
@@ -224,7 +224,8 @@ def test_suggestions_equal_the_local_llama_cpp_backends(engine, env, monkeypatch
                 assert a.completion.stats.stop_reason != "error"
                 checked += 1
                 nonempty += bool(a.text)
-    assert checked == 71 + len(lines) and nonempty > checked // 2, (checked, nonempty)
+    assert checked == sum(len({0, len(l)}) + i % 2 for i, l in enumerate(lines)) and nonempty > checked // 2, (
+        checked, nonempty)
 
 
 def test_a_cancelled_request_stops_the_engines_generation(engine, env):
@@ -447,6 +448,11 @@ def test_engine_down_slow_erroring_or_garbage_is_one_message_and_recovers(engine
         engine.pause()  # slow: connections are accepted, nothing answers
         c.notify("workspace/didChangeConfiguration", {"settings": {"ditto": {"timeBudget": 1.0}}})
         outage(2, "sent nothing in 1.0 s")
+        # A request superseded while it waits on the stuck engine is no answer: still the same outage.
+        first = c.inline(uri, *END)
+        second = c.inline(uri, *END)
+        assert c.wait(first, TIMEOUT)["result"] is None and c.wait(second, TIMEOUT)["result"] is None
+        assert len(messages()) == 2, messages()
         c.notify("workspace/didChangeConfiguration", {"settings": {"ditto": {"timeBudget": 60.0}}})
         engine.resume()
         works()
@@ -459,7 +465,7 @@ def test_engine_down_slow_erroring_or_garbage_is_one_message_and_recovers(engine
         _reconfigure(c, model=engine.spec())
         works()
         s = c.stats()
-        assert s["model_state"] == "ready" and s["errors"] == 16
+        assert s["model_state"] == "ready" and s["errors"] == 17 and s["superseded"] >= 1
         assert c.shutdown_and_exit() == 0
     finally:
         c.kill()
