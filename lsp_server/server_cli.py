@@ -36,6 +36,9 @@ def configure(p: argparse.ArgumentParser) -> None:
     t.add_argument("--debug-hooks", action="store_true",
                    help="let the client set the debug* settings (test hooks: slowed or failing model passes, "
                         "ditto/debug/document); off, they are ignored with a warning. Never needed in an editor")
+    t.add_argument("--debug-load-delay", type=float, default=0.0, metavar="SECONDS",
+                   help="with --debug-hooks: sleep this long before the model loads (the debug_load_delay_s setting; "
+                        "editor tests make requests while the model loads)")
 
 
 def run(args) -> int:

@@ -113,7 +113,12 @@ class Settings:
                 options[name] = getattr(args, _CLI_DEST.get(name, name))
         if options["time_budget_s"] is None:  # no --time-budget: the server keeps its default budget
             options["time_budget_s"] = cls.time_budget_s
-        return cls(debug_hooks=bool(getattr(args, "debug_hooks", False))).merged(options)
+        base = cls(debug_hooks=bool(getattr(args, "debug_hooks", False)))
+        if getattr(args, "debug_load_delay", 0.0):
+            if not base.debug_hooks:
+                raise SettingsError("--debug-load-delay needs --debug-hooks")
+            options["debug_load_delay_s"] = args.debug_load_delay
+        return base.merged(options)
 
     def merged(self, options, unknown: list[str] | None = None, refused: list[str] | None = None) -> "Settings":
         """A copy with `options` (a dict from the client) applied; SettingsError if invalid.

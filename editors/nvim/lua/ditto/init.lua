@@ -117,6 +117,26 @@ function M.attach(client, bufnr)
   end
 end
 
+--- The server's `ditto/modelReady` notification (its model finished loading). The server answers
+--- the requests made while it loaded, but an answer can still be lost on the way (the cursor moved,
+--- a newer request replaced it): re-ask once for the current buffer if it is in insert mode.
+---@param client_id integer
+function M.model_ready(client_id)
+  local bufnr = vim.api.nvim_get_current_buf()
+  if not vim.api.nvim_get_mode().mode:match('^i') or not vim.lsp.buf_is_attached(bufnr, client_id) then
+    return
+  end
+  if M.mode() == 'inline_completion' and vim.lsp.inline_completion.is_enabled({ bufnr = bufnr }) then
+    -- vim.lsp.inline_completion has no "request now"; it requests on CursorMovedI, from an augroup
+    -- named after the buffer. Fire that group only, or every CursorMovedI of the buffer if renamed.
+    local group = ('nvim.lsp.inline_completion:%d'):format(bufnr)
+    local ok = pcall(vim.api.nvim_exec_autocmds, 'CursorMovedI', { group = group, buffer = bufnr, modeline = false })
+    if not ok then
+      vim.api.nvim_exec_autocmds('CursorMovedI', { buffer = bufnr, modeline = false })
+    end
+  end
+end
+
 --- Show lines in a scratch buffer (a new split), named `name`.
 ---@param name string
 ---@param lines string[]
