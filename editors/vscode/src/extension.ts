@@ -141,6 +141,14 @@ class Ditto implements vscode.Disposable {
         this.render();
       }),
     );
+    // The server's model finished loading. The server answers the requests made while it loaded,
+    // but VS Code may have dropped that answer (the editor moved on): ask once more.
+    client.onNotification("ditto/modelReady", () => {
+      this.log.info("model ready");
+      if (this.settings.enable && vscode.window.activeTextEditor) {
+        void vscode.commands.executeCommand("editor.action.inlineSuggest.trigger");
+      }
+    });
     client.onDidChangeState(({ newState }) => {
       if (newState === State.Running) this.startPolling();
       else this.stopPolling();
