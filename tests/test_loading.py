@@ -20,8 +20,10 @@ from pytest_lsp import ClientServerConfig, LanguageClient
 from test_server import CODE, END, FAST, TIMEOUT, inline, items_of, stats
 
 SLOW = {**FAST, "debugLoadDelayS": 600}
-TINY = [sys.executable, "-m", "lsp_server.cli", "serve", "--model", "tiny-random", "--max-tokens", "12"]
-BROKEN = [sys.executable, "-m", "lsp_server.cli", "serve", "--model", "no-such-model", "--max-tokens", "12"]
+# --debug-hooks: the debug* settings are refused without it.
+TINY = [sys.executable, "-m", "lsp_server.cli", "serve", "--model", "tiny-random", "--max-tokens", "12", "--debug-hooks"]
+BROKEN = [sys.executable, "-m", "lsp_server.cli", "serve", "--model", "no-such-model", "--max-tokens", "12",
+          "--debug-hooks"]
 
 
 async def start(client: LanguageClient) -> None:

@@ -2,7 +2,7 @@
 # Real VS Code test of the packaged extension: the .vsix installed into code-server 4.139.1
 # (npm, Node 24), opened in Debian's chromium through playwright-core, on a Python file
 # served by `ditto-lsp serve --model tiny-random`. The server loads its model slowly on purpose
-# (`--debug-load-delay`, through the ditto.serverArgs setting) and the text is typed while the
+# (`--debug-hooks --debug-load-delay`, through the ditto.serverArgs setting) and the text is typed while the
 # status bar says it is loading; checks that ghost text from Ditto then appears without another
 # keystroke, that the request waited for the model (ditto/stats in the extension's log), and that
 # Tab accepts it (the saved file then holds it); saves screenshots.
@@ -142,7 +142,7 @@ cat >"$UDD/User/settings.json" <<EOF
 {
   "ditto.serverCommand": "$DITTO_LSP",
   "ditto.model": "tiny-random",
-  "ditto.serverArgs": ["--debug-load-delay", "$LOAD_DELAY"],
+  "ditto.serverArgs": ["--debug-hooks", "--debug-load-delay", "$LOAD_DELAY"],
   "security.workspace.trust.enabled": false,
   "workbench.startupEditor": "none",
   "workbench.tips.enabled": false,

@@ -17,7 +17,7 @@ M.name = 'ditto'
 --- server's default holds. tests/test_settings_paths.py checks this list against the server's.
 M.server_options = {
   'model', 'device', 'dtype', 'trust_remote_code', 'drafter', 'draft_model', 'max_tokens', 'draft_max',
-  'temperature', 'top_p', 'top_k', 'seed', 'time_budget_s', 'multiline', 'adaptive', 'idle_prefill',
+  'temperature', 'top_p', 'top_k', 'seed', 'time_budget_s', 'multiline', 'adaptive', 'idle_prefill', 'load_wait_s',
 }
 
 ---@class ditto.Opts
@@ -38,6 +38,7 @@ M.server_options = {
 ---@field multiline? boolean Suggestions may span lines.
 ---@field adaptive? boolean Choose each draft's length from measured pass costs. Default true.
 ---@field idle_prefill? boolean Prefill the next prompt while you pause. Default true.
+---@field load_wait_s? number Seconds a request made while the model loads waits for it (0 = none). Default 120.
 ---@field init_options? table Further initializationOptions, under the options above.
 ---@field filetypes? string[] Filetypes to attach to.
 ---@field enable? boolean Call vim.lsp.enable('ditto'). Default true.
