@@ -116,6 +116,42 @@ function M.attach(client, bufnr)
       vim.lsp.completion.get()
     end, 'Ditto: show the suggestion in the completion menu')
   end
+  M.follow_cursor(client, bufnr)
+end
+
+--- Tell the server where the cursor rests (`ditto/didMoveCursor`), so it prefills the prompt of
+--- the next suggestion while you pause (docs/design.md, "Prompt layout and windows"). Sent 150 ms
+--- after the cursor stops moving, in the client's position encoding.
+---@param client vim.lsp.Client
+---@param bufnr integer
+function M.follow_cursor(client, bufnr)
+  local timer = assert(vim.uv.new_timer())
+  local group = vim.api.nvim_create_augroup(('ditto.cursor:%d'):format(bufnr), { clear = true })
+  vim.api.nvim_create_autocmd({ 'CursorMoved', 'CursorMovedI' }, {
+    group = group,
+    buffer = bufnr,
+    callback = function()
+      timer:stop()
+      timer:start(150, 0, vim.schedule_wrap(function()
+        if client:is_stopped() or vim.api.nvim_get_current_buf() ~= bufnr then
+          return
+        end
+        local params = vim.lsp.util.make_position_params(0, client.offset_encoding)
+        client:notify('ditto/didMoveCursor', params)
+      end))
+    end,
+  })
+  vim.api.nvim_create_autocmd({ 'BufUnload', 'LspDetach' }, {
+    group = group,
+    buffer = bufnr,
+    callback = function()
+      timer:stop()
+      if not timer:is_closing() then
+        timer:close()
+      end
+      pcall(vim.api.nvim_del_augroup_by_id, group)
+    end,
+  })
 end
 
 --- The server's `ditto/modelReady` notification (its model finished loading). The server answers
