@@ -299,7 +299,7 @@ class TorchModel:
         cache.grow(cache.length + rows)
         if graphed:
             g = cache.graphs.get(rows) or self._capture(cache, ids)
-            g.ids.copy_(torch.tensor([ids], dtype=torch.long), non_blocking=True)
+            g.ids.copy_(torch.tensor([ids], dtype=torch.long))
             g.start.fill_(cache.length)
             g.graph.replay()
             return g.out.clone()

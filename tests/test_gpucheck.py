@@ -60,6 +60,9 @@ def test_the_committed_acceptance_record_replays():
     r = replay_record(json.loads(DEFAULT_REPLAY.read_text()), rows=9)
     assert r["system"].startswith("ngram") and r["passes"] > 0 and r["generated"] >= r["passes"]
     assert r["recorded_on"].get("device") == "cpu"
+    hist = {int(v): c for v, c in r["verified_hist"].items()}
+    assert sum(hist.values()) == r["passes"]  # every recorded pass is one round of the histogram ...
+    assert sum(v * c for v, c in hist.items()) == r["drafted"]  # ... and the drafts it verified add up
 
 
 def test_decision_needs_bf16_on_cuda_and_exactness():
