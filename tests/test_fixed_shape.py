@@ -258,3 +258,28 @@ def test_pass_options_from_the_environment():
         assert "\n" not in str(err.value)
     with pytest.raises(ModelError):
         pass_options(cuda, {"DITTO_CUDA_GRAPHS": "1", "DITTO_STATIC_CACHE": "0"})
+
+
+def test_the_static_pass_reads_no_tensor_value_on_the_host(lm, monkeypatch):
+    """CUDA graph capture fails on a host read of a device value (.item(), bool(t), ...).
+    The static pass must make none, in whatever transformers version runs it: checked here
+    on the CPU by making every such read fail during one pass."""
+    v = lm.with_options(static_cache=64, pad_to=9)
+    cache = v.new_cache()
+    v.forward(list(range(10, 30)), cache, last=1)
+    reads = []
+    for name in ("item", "__bool__", "tolist", "__int__", "__float__", "__index__", "numpy"):
+        real = getattr(torch.Tensor, name)
+
+        def spy(self, *a, _name=name, _real=real, **k):
+            reads.append(_name)
+            return _real(self, *a, **k)
+
+        monkeypatch.setattr(torch.Tensor, name, spy)
+    with torch.inference_mode():
+        ids = torch.tensor([[11] * 9])
+        start = torch.tensor([cache.get_seq_length()])
+        logits = v._static_step(cache, ids, start, 0)
+    monkeypatch.undo()
+    assert logits.shape == (9, lm.vocab_size)
+    assert reads == []
