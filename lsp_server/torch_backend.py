@@ -80,13 +80,10 @@ class StaticKV:
         self.values = [torch.zeros_like(k) for k in self.keys]
         self.slots = torch.arange(capacity, device=self.device)
 
-    def grow(self, need: int) -> None:
-        """Room for `need` tokens (capacity doubles); new buffers, so captured graphs are dropped."""
-        if need <= self.capacity:
+    def grow(self, capacity: int) -> None:
+        """Room for `capacity` tokens: new buffers (what is held is copied), so captured graphs are dropped."""
+        if capacity <= self.capacity:
             return
-        capacity = self.capacity
-        while capacity < need:
-            capacity *= 2
         old_k, old_v = self.keys, self.values
         self._alloc(capacity)
         for new, old in zip(self.keys + self.values, old_k + old_v):
@@ -123,6 +120,7 @@ class TorchModel:
     kind = "torch"
     STATIC_POOL = 16  # released static caches kept for reuse (with their captured graphs)
     GRAPH_ROWS = 32  # passes over more rows than this (prefill chunks) run eagerly
+    STATIC_HEADROOM = 512  # tokens of room a static cache keeps after the pass that made it grow
 
     def __init__(self, spec: str, name: str, module: torch.nn.Module, tokenizer, device: torch.device,
                  dtype: torch.dtype, *, fim: FimTokens | None = None, stop_ids: frozenset[int] | None = None,
@@ -143,6 +141,9 @@ class TorchModel:
         self.cuda_graphs = cuda_graphs
         self._pool: list[StaticKV] = []
         self._graph_pool = None
+        # One capacity for every static cache of this model: the attended length is part of
+        # a pass's shape, so two caches of different capacities need not give the same bits.
+        self._capacity = static_cache
         self.spec = spec
         self.name = name
         self._model = module
@@ -226,11 +227,12 @@ class TorchModel:
         if self._pool:
             cache = self._pool.pop()
             cache.length = 0
+            cache.grow(self._capacity)
             return cache
         cfg = self._model.config
         head_dim = getattr(cfg, "head_dim", None) or cfg.hidden_size // cfg.num_attention_heads
         kv_heads = getattr(cfg, "num_key_value_heads", None) or cfg.num_attention_heads
-        return StaticKV(cfg.num_hidden_layers, kv_heads, head_dim, self.static_cache, self.dtype, self.device)
+        return StaticKV(cfg.num_hidden_layers, kv_heads, head_dim, self._capacity, self.dtype, self.device)
 
     @torch.inference_mode()
     def forward(self, ids: Sequence[int], cache, last: int) -> torch.Tensor:
@@ -296,7 +298,18 @@ class TorchModel:
 
     def _static_forward(self, ids: list[int], cache: StaticKV, keep: int, graphed: bool) -> torch.Tensor:
         rows = len(ids)
-        cache.grow(cache.length + rows)
+        need = cache.length + rows
+        if need > self._capacity:
+            # Grow every cache of the model (each when next used), with room for a completion
+            # after this pass (usually a prompt's prefill), so that plain and speculative
+            # decoding from one prefill run at one capacity. Passes on either side of a growth
+            # inside one sequence need not have the same bits in bf16 (docs/gpu.md).
+            capacity = self._capacity
+            while capacity < need + self.STATIC_HEADROOM:
+                capacity *= 2
+            log.info("static KV cache: %d -> %d tokens (a pass reaching %d)", self._capacity, capacity, need)
+            self._capacity = capacity
+        cache.grow(self._capacity)
         if graphed:
             g = cache.graphs.get(rows) or self._capture(cache, ids)
             g.ids.copy_(torch.tensor([ids], dtype=torch.long))
@@ -417,7 +430,7 @@ def wrap(spec, name, model, tok, dev, dt) -> TorchModel:
 
 
 DEFAULT_PASS_ROWS = 9  # the engine's default draft_max (8) + 1
-DEFAULT_STATIC_TOKENS = 4096  # grows (doubling) when a sequence needs more
+DEFAULT_STATIC_TOKENS = 4096  # grows (doubling, for every cache of the model) when a sequence needs more
 
 
 def pass_options(dev: torch.device, env=None) -> dict:

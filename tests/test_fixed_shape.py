@@ -184,6 +184,15 @@ def test_static_cache_grows_and_pooled_caches_leak_nothing(lm):
     for t in long_ids[30:]:
         static.forward([t], cache, last=1)
     assert isinstance(cache, StaticKV) and cache.capacity >= 70 and cache.get_seq_length() == 70
+    # One capacity for all of a model's caches (the attended length is part of the pass shape).
+    other = static.new_cache()
+    assert other.capacity == cache.capacity
+    small = lm.with_options(static_cache=8)
+    pooled, grower = small.new_cache(), small.new_cache()
+    small.release(pooled)
+    small.forward(long_ids[:40], grower, last=1)  # grows the model's capacity; `pooled` is smaller
+    assert pooled.capacity == 8 and grower.capacity >= 40 + TorchModel.STATIC_HEADROOM
+    assert small.new_cache() is pooled and pooled.capacity >= 40  # grown when handed out again
     static.release(cache)
     again = static.new_cache()
     assert again is cache and again.get_seq_length() == 0  # the pool hands it back, empty
