@@ -24,29 +24,38 @@ EXTERNAL = {
 
 
 def add_model_args(p: argparse.ArgumentParser) -> None:
+    from .settings import Settings
+
     g = p.add_argument_group("model")
-    g.add_argument("--model", default="default", metavar="SPEC",
+    g.add_argument("--model", default=Settings.model, metavar="SPEC",
                    help="default | qwen2.5-coder-0.5b | qwen2.5-coder-1.5b | tiny-random | FILE.gguf | DIR | hub id")
-    g.add_argument("--device", default="auto", help="auto (CUDA if present, else CPU), cpu, cuda, cuda:N")
-    g.add_argument("--dtype", default="auto", help="auto (bf16 on CUDA, float32 on CPU), float32, bfloat16, float16")
+    g.add_argument("--device", default=Settings.device, help="auto (CUDA if present, else CPU), cpu, cuda, cuda:N")
+    g.add_argument("--dtype", default=Settings.dtype,
+                   help="auto (bf16 on CUDA, float32 on CPU), float32, bfloat16, float16")
     g.add_argument("--trust-remote-code", action="store_true",
                    help="allow a model directory's own Python code to run (off by default)")
 
 
 def add_decode_args(p: argparse.ArgumentParser) -> None:
+    """The decoding flags; `serve` turns them into Settings (Settings.from_cli), with its defaults."""
+    from .settings import DRAFTERS, Settings
+
     g = p.add_argument_group("decoding")
-    g.add_argument("--drafter", default="ngram", choices=["none", "ngram", "model", "hybrid"],
+    g.add_argument("--drafter", default=Settings.drafter, choices=DRAFTERS,
                    help="draft source: none = plain decoding, ngram = lookup in the open buffers, model = a small "
                         "draft model, hybrid = ngram where it has a confident match, else the model (default ngram)")
-    g.add_argument("--draft-model", default="qwen2.5-coder-0.5b", metavar="SPEC",
+    g.add_argument("--draft-model", default=Settings.draft_model, metavar="SPEC",
                    help="draft model of --drafter model|hybrid; same tokenizer as --model (default qwen2.5-coder-0.5b)")
-    g.add_argument("--max-tokens", type=int, default=64, help="token budget of the completion (default 64)")
-    g.add_argument("--draft-max", type=int, default=8, help="longest draft verified in one pass (default 8)")
-    g.add_argument("--temperature", type=float, default=0.0, help="0 = greedy (default)")
-    g.add_argument("--top-p", type=float, default=1.0)
-    g.add_argument("--top-k", type=int, default=0)
-    g.add_argument("--seed", type=int, default=None, help="sampling seed")
-    g.add_argument("--time-budget", type=float, default=None, metavar="SECONDS", help="stop decoding after this long")
+    g.add_argument("--max-tokens", type=int, default=Settings.max_tokens,
+                   help="token budget of the completion (default 64)")
+    g.add_argument("--draft-max", type=int, default=Settings.draft_max,
+                   help="longest draft verified in one pass (default 8)")
+    g.add_argument("--temperature", type=float, default=Settings.temperature, help="0 = greedy (default)")
+    g.add_argument("--top-p", type=float, default=Settings.top_p)
+    g.add_argument("--top-k", type=int, default=Settings.top_k)
+    g.add_argument("--seed", type=int, default=Settings.seed, help="sampling seed")
+    g.add_argument("--time-budget", type=float, default=None, metavar="SECONDS",
+                   help="stop decoding after this long (serve: default 5; the other commands: no limit)")
     g.add_argument("--single-line", action="store_true", help="stop at the end of the first line")
     g.add_argument("--no-adaptive", action="store_true",
                    help="verify every drafted token (k = --draft-max) instead of choosing k from measured pass costs")

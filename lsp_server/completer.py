@@ -9,14 +9,15 @@ from __future__ import annotations
 
 import threading
 import time
+from collections import OrderedDict
 from dataclasses import dataclass, field, replace
 
 from drafters import NGramDrafter
 
-from .context import ContextBudget, Prompt, build_prompt, finish, ghost_cut, split_at
+from .context import ContextBudget, Prompt, Window, build_prompt, finish, ghost_cut, split_at
 from .engine import Completion, DecodeOptions, Engine, Stats
+from .settings import DRAFTERS
 
-DRAFTERS = ("none", "ngram", "model", "hybrid")
 MAX_INDEXED_CHARS = 262144  # of one buffer, for the drafter: its head and tail past this
 HISTORY = "history"  # the n-gram source of accepted completions (priority 2)
 
@@ -56,7 +57,7 @@ class Suggestion:
 
 @dataclass
 class CompleterSettings:
-    drafter: str = "ngram"  # none | ngram | model | hybrid
+    drafter: str = "ngram"  # one of settings.DRAFTERS
     draft_model: str = "qwen2.5-coder-0.5b"  # model spec of the model / hybrid drafters
     history_tokens: int = 4096  # accepted completions kept in the n-gram index (oldest dropped)
     multiline: bool = True  # ghost text may span lines (until the block ends)
@@ -78,6 +79,7 @@ class Completer:
         self._draft_models: dict[str, object] = {}  # spec -> LoadedModel (loaded once)
         self._model_drafters: dict[str, object] = {}  # spec -> ModelDrafter
         self._hybrids: dict[str, object] = {}  # spec -> HybridDrafter (costs measured once)
+        self._windows: OrderedDict[str, Window] = OrderedDict()  # document -> where its prompt window starts
 
     # -- other open buffers -------------------------------------------------------------
     def set_buffer(self, name: str, text: str) -> None:
@@ -92,6 +94,23 @@ class Completer:
         self._buffers.pop(name, None)
         self.ngram.forget_source(name)
         self.engine.forget(name)
+        self.forget_window(name)
+
+    # -- prompt windows (context.py: windows that survive editing) --------------------------
+    MAX_WINDOWS = 64
+
+    def window(self, key: str | None) -> Window | None:
+        """The prompt-window state of a document (created on first use); None for no key."""
+        if key is None:
+            return None
+        w = self._windows.pop(key, None) or Window()
+        self._windows[key] = w
+        while len(self._windows) > self.MAX_WINDOWS:
+            self._windows.popitem(last=False)
+        return w
+
+    def forget_window(self, key: str) -> None:
+        self._windows.pop(key, None)
 
     # -- history: completions the user accepted ---------------------------------------------
     def accepted(self, text: str, after: str = "") -> None:
@@ -163,6 +182,33 @@ class Completer:
         """The hybrid drafters built so far (one per draft-model spec), for reports."""
         return list(self._hybrids.values())
 
+    def prompt_for(self, text: str, line: int, col: int, *, name: str | None = None, cache_key: str | None = None,
+                   others: list[tuple[str, str]] | None = None) -> Prompt:
+        """The prompt `complete` sends to the engine for this position (idle prefill warms this one).
+
+        Blanks typed just before the cursor are left out (healed): the model writes them
+        itself, and they are not moved into the suffix either, so the suffix stays the same
+        while the user types a word and a blank and its tokens stay cached. The document's
+        prompt window (context.py) is read and moved as for a completion.
+        """
+        if others is None:
+            others = [(n, t) for n, t in self._buffers.items() if n != name]
+        _, typed, _, _ = split_at(text, line, col)
+        heal = len(typed) - len(typed.rstrip(" \t"))
+        return build_prompt(self.lm, _without(text, line, col, heal), line, col - heal, others=others, path=name,
+                            budget=self.settings.budget, window=self.window(name or cache_key))
+
+    def warm(self, text: str, line: int, col: int, *, name: str | None = None, cache_key: str,
+             cancel: threading.Event | None = None, chunk: int = 32,
+             others: list[tuple[str, str]] | None = None) -> Stats:
+        """Prefill the prompt of a completion at (line, col) without decoding (idle prefill).
+
+        The same prompt `complete` would build, into the same cache: a request there then
+        prefills nothing, and one that cancels this keeps what it finished (Engine.warm).
+        """
+        prompt = self.prompt_for(text, line, col, name=name, cache_key=cache_key, others=others)
+        return self.engine.warm(prompt.ids, cache_key, cancel=cancel, chunk=chunk)
+
     def complete(self, text: str, line: int, col: int, *, name: str | None = None, options: DecodeOptions | None = None,
                  drafter: str | None = None, cancel: threading.Event | None = None, cache_key: str | None = None,
                  others: list[tuple[str, str]] | None = None) -> Suggestion:
@@ -184,12 +230,9 @@ class Completer:
         d = self.drafter_for(drafter_name)
         if hasattr(d, "set_options"):  # a model drafter samples its drafts as the target samples
             d.set_options(opts)
-        if others is None:
-            others = [(n, t) for n, t in self._buffers.items() if n != name]
         _, typed, after, _ = split_at(text, line, col)
         heal = typed[len(typed.rstrip(" \t")) :]
-        prompt = build_prompt(self.lm, text, line, col - len(heal), others=others, path=name,
-                              budget=self.settings.budget)
+        prompt = self.prompt_for(text, line, col, name=name, cache_key=cache_key, others=others)
         shown_prompt = replace(prompt, typed=typed, after=after)
         multiline = self.settings.multiline
 
@@ -288,6 +331,15 @@ def calibrate(engine: Engine, lm, fresh: bool = False, n_max: int = 9) -> dict[i
     except OSError:
         pass  # a read-only cache only costs the next run a measurement
     return costs
+
+
+def _without(text: str, line: int, col: int, n: int) -> str:
+    """`text` without the n characters before 0-based (line, col)."""
+    if n <= 0:
+        return text
+    lines = text.split("\n")
+    lines[line] = lines[line][: col - n] + lines[line][col:]
+    return "\n".join(lines)
 
 
 def _cut(text: str, line: int, col: int) -> tuple[str, str]:

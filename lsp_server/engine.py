@@ -52,7 +52,11 @@ class DecodeOptions:
     top_k: int = 0  # 0 keeps every token
     draft_max: int = 8  # k_max, the longest draft verified in one pass; 0 turns drafting off
     seed: int | None = None  # sampling seed; None draws one
-    time_budget_s: float | None = None  # stop decoding after this long (prefill included)
+    # Stop decoding after this long, counted from the end of prefill. Prefill itself always
+    # finishes unless cancelled (its work stays in the cache either way): on a CPU a first
+    # request on a large file spends more than any budget in prefill, and answering nothing
+    # after that work is the worst outcome (docs/design.md, "Prompt layout and windows").
+    time_budget_s: float | None = None
     prefill_chunk: int = 512  # tokens per prefill pass; cancellation is checked between chunks
     adaptive: bool = True  # choose each draft's length from measured pass costs (needs Engine.calibrate)
 
@@ -73,10 +77,6 @@ class Round:
     kind: str  # "bonus" (all drafts accepted), "correction" (a draft rejected), "plain" (no draft)
     ms: float
     offered: int = 0  # draft tokens the drafter offered before the engine chose how many to verify
-
-    @property
-    def gained(self) -> int:
-        return self.accepted + 1
 
 
 @dataclass
@@ -208,6 +208,38 @@ class Engine:
             state.ids.extend(chunk)
             stats.prefill_tokens += len(chunk)
 
+    def warm(self, prompt: Sequence[int], cache_key: str, cancel: threading.Event | None = None,
+             chunk: int = 64) -> Stats:
+        """Prefill `prompt` (all but its last token) into the cache of `cache_key`, without decoding.
+
+        For idle time: a request for the same prompt then finds it cached. Runs in chunks of
+        `chunk` tokens with the `cancel` flag checked between them, so a request that
+        arrives waits at most one chunk; what was prefilled before a cancel stays cached
+        (the request continues from it). Returns the prefill statistics (stop_reason
+        "cancelled" when stopped early).
+        """
+        stats = Stats()
+        t0 = time.perf_counter()
+        if len(prompt) < 2:
+            return stats
+        with self._lock:
+            state = self._take_state(cache_key)
+            try:
+                self.prefill(state, prompt, DecodeOptions(prefill_chunk=max(1, chunk)), stats, cancel)
+            except Cancelled:
+                stats.stop_reason = "cancelled"
+            except BaseException:
+                self.lm.release(state.cache)
+                state = _KV([], self.lm.new_cache())
+                raise
+            finally:
+                if len(state.ids):
+                    self._put_state(cache_key, state)
+                else:
+                    self.lm.release(state.cache)
+        stats.prefill_ms = stats.wall_ms = (time.perf_counter() - t0) * 1000
+        return stats
+
     def propose(self, drafter: Drafter | None, seq: list[int], k: int) -> Proposal:
         rows = getattr(self.lm, "fixed_rows", None)
         if rows is not None:
@@ -307,7 +339,7 @@ class Engine:
                 seq = list(prompt)
                 if not stats.stop_reason:
                     stats.stop_reason = self._decode(state, seq, out, stats, rounds, opts, drafter, stop, cancel, gen,
-                                                     t0, on_round)
+                                                     time.perf_counter(), on_round)
             except BaseException:
                 # A failed pass may leave the cache half-written: never reuse it.
                 self.lm.release(state.cache)
@@ -322,14 +354,14 @@ class Engine:
         stats.decode_ms = stats.wall_ms - stats.prefill_ms
         return Completion(out, stats, rounds)
 
-    def _decode(self, state, seq, out, stats, rounds, opts, drafter, stop, cancel, gen, t0, on_round) -> str:
+    def _decode(self, state, seq, out, stats, rounds, opts, drafter, stop, cancel, gen, t_decode, on_round) -> str:
         stop_ids = self.lm.stop_ids
         while True:
             if len(out) >= opts.max_new_tokens:
                 return "length"
             if cancel is not None and cancel.is_set():
                 return "cancelled"
-            if opts.time_budget_s is not None and time.perf_counter() - t0 >= opts.time_budget_s:
+            if opts.time_budget_s is not None and time.perf_counter() - t_decode >= opts.time_budget_s:
                 return "time"
             # One pass yields up to k + 1 tokens; never overshoot the token budget.
             k = min(opts.draft_max, opts.max_new_tokens - len(out) - 1)

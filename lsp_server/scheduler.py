@@ -11,6 +11,12 @@ chunks:
 - `close()`.
 Jobs without a key (model loads) are never superseded. Jobs run one at a time, in order.
 
+Idle work: `idle(fn)` sets the one job to run when nothing else is queued (prefilling the
+prompt the user is likely to ask for next). Any `submit` sets the running idle job's
+cancel flag, and a newer `idle(fn)` replaces it (cancelling it if it runs), so idle work
+never delays a request by more than the engine's check interval (one prefill chunk).
+Idle jobs are not counted as pending or busy.
+
 Also here: `StepHook`, a thin wrapper around a loaded model whose `forward` calls hooks
 before and after every pass, used for the `debug_step_delay_ms` / `debug_notify_steps` /
 `debug_fail_forward` settings.
@@ -47,9 +53,16 @@ class Job:
     superseded: bool = False
 
 
+_IDLE = object()  # queue marker: run the idle job if nothing else waits
+
+
 class Scheduler:
     def __init__(self, name: str = "ditto-model"):
-        self._queue: queue.Queue[Job | None] = queue.Queue()
+        self._queue: queue.Queue = queue.Queue()
+        self._idle: Job | None = None  # the idle job not yet started
+        self._idle_running: Job | None = None
+        self.idle_runs = 0  # idle jobs started
+        self.idle_cancelled = 0  # idle jobs stopped early by a request or a newer idle job
         self._lock = threading.Lock()
         self._latest: dict[str, Job] = {}  # key -> newest job not yet finished
         self._running: Job | None = None
@@ -79,6 +92,8 @@ class Scheduler:
             if self._closed:
                 job.future.set_exception(Closed("the model worker has stopped"))
                 return job
+            if self._idle_running is not None:
+                self._idle_running.cancel.set()  # a request waits at most one chunk of idle work
             if key is not None:
                 old = self._latest.get(key)
                 if old is not None and not old.future.done():
@@ -111,9 +126,26 @@ class Scheduler:
             raise Superseded()
         return result
 
+    def idle(self, fn: Callable[[threading.Event], Any]) -> Job:
+        """Run fn(cancel) when the worker has nothing else to do (replacing an earlier idle job)."""
+        job = Job(None, fn)
+        with self._lock:
+            if self._closed:
+                job.future.set_exception(Closed("the model worker has stopped"))
+                return job
+            if self._idle is not None:
+                self._idle.future.cancel()
+            if self._idle_running is not None:
+                self._idle_running.cancel.set()
+            self._idle = job
+        self._queue.put(_IDLE)
+        return job
+
     def close(self) -> None:
         with self._lock:
             self._closed = True
+            if self._idle_running is not None:
+                self._idle_running.cancel.set()
             for job in self._latest.values():
                 job.cancel.set()
             if self._running is not None:
@@ -130,6 +162,9 @@ class Scheduler:
             job = self._queue.get()
             if job is None:
                 break
+            if job is _IDLE:
+                self._run_idle()
+                continue
             with self._lock:
                 self._running = job
             result = exc = None
@@ -156,8 +191,31 @@ class Scheduler:
         with self._lock:
             while not self._queue.empty():
                 job = self._queue.get_nowait()
-                if job is not None and job.future.set_running_or_notify_cancel():
+                if job is not None and job is not _IDLE and job.future.set_running_or_notify_cancel():
                     job.future.set_exception(Closed("the model worker has stopped"))
+            if self._idle is not None:
+                self._idle.future.cancel()
+
+    def _run_idle(self) -> None:
+        with self._lock:
+            job = self._idle
+            if job is None or self._closed or not self._queue.empty():
+                return  # already run or replaced, or a request waits: it goes first
+            self._idle = None
+            if not job.future.set_running_or_notify_cancel():
+                return
+            self._idle_running = job
+            self.idle_runs += 1
+        try:
+            job.future.set_result(job.fn(job.cancel))
+        except BaseException as err:  # idle work failing must not stop the worker
+            log.warning("idle job failed: %s", err)
+            job.future.set_exception(err)
+        finally:
+            with self._lock:
+                self._idle_running = None
+                if job.cancel.is_set():
+                    self.idle_cancelled += 1
 
 
 class StepHook:

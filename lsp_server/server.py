@@ -15,7 +15,8 @@
   logged; a settings change to a loadable model recovers.
 - Params pygls cannot deserialise get an InvalidParams error (pygls 2.1.1 sends no reply
   at all for them).
-- Custom requests `ditto/stats` and `ditto/trace`; with the `debug_documents` setting,
+- Custom requests `ditto/stats` and `ditto/trace`; with the `debug_documents` setting (which a
+  client can set only when the server runs as `ditto-lsp serve --debug-hooks`),
   `ditto/debug/document` answers the server's text of an open document (tests compare it
   with a reference model of the edits).
 - Incremental edits are applied here, not by pygls (whose 2.1.1 code splits lines on
@@ -59,6 +60,7 @@ log = logging.getLogger(__name__)
 
 STATS = "ditto/stats"
 TRACE = "ditto/trace"
+CURSOR = "ditto/didMoveCursor"  # notification {textDocument: {uri}, position}: aims idle prefill
 DEBUG_STEP = "ditto/debug/step"
 DEBUG_DOCUMENT = "ditto/debug/document"
 
@@ -167,6 +169,10 @@ class Counters:
     generated: int = 0
     target_passes: int = 0
     typethrough: int = 0  # answered with the rest of the suggestion on screen, without the model
+    idle_prefills: int = 0  # idle prefills that ran (the worker had nothing else to do)
+    idle_prefill_tokens: int = 0  # prompt tokens they prefilled
+    idle_prefills_stopped: int = 0  # of which stopped early by a request or a newer aim (their chunks stay cached)
+    idle_hits: int = 0  # requests whose prompt was at least 90% in the cache right after an idle prefill
     latencies_ms: deque = field(default_factory=lambda: deque(maxlen=1000))
 
 
@@ -209,6 +215,8 @@ class DittoServer(LanguageServer):
         self._step_cancel: threading.Event | None = None
         self._stale_in_request: tuple = (None, 0)  # (cancel event of a request, its stale passes)
         self._step_uri: str | None = None
+        self._warmed: dict[str, bool] = {}  # uri -> an idle prefill ran since its last request
+        self._idle_cancel: threading.Event | None = None  # set while an idle prefill runs
         self.loop: asyncio.AbstractEventLoop | None = None
 
     # -- errors ------------------------------------------------------------------------
@@ -231,6 +239,45 @@ class DittoServer(LanguageServer):
     def mark_dirty(self, uri: str, text: str | None) -> None:
         with self._dirty_lock:
             self._dirty[uri] = text
+
+    # -- idle prefill -------------------------------------------------------------------------
+    IDLE_CHUNK = 32  # tokens per idle prefill pass: a request waits at most one such pass (~0.5 s on one CPU core)
+
+    def aim(self, uri: str, position: types.Position) -> None:
+        """Prefill, while the worker is idle, the prompt of a request at `position` of `uri`.
+
+        Re-aimed by didOpen (the top of the document: LSP does not say where the cursor is),
+        every didChange (the end of the edit), and `ditto/didMoveCursor` from Ditto's own
+        plugins. The newest aim replaces the older one; a request stops it after one chunk
+        and continues from what it prefilled (docs/design.md, "Prompt layout and windows").
+        """
+        if self.model_state != "ready" or self.completer is None or not self.settings.idle_prefill:
+            return
+        snap = self.snapshot(uri, position)
+        if snap is None:
+            return
+        self.scheduler.idle(lambda cancel: self._warm(snap, cancel))
+
+    def _warm(self, snap: Snapshot, cancel: threading.Event) -> None:
+        completer = self.completer
+        if completer is None or cancel.is_set():
+            return
+        doc = self.document(snap.uri)
+        if doc is None or doc.version != snap.version:
+            return  # the document moved on; a newer aim follows
+        self._apply_dirty(completer)
+        completer.settings = self.settings.completer_settings()
+        self._idle_cancel, self._step_uri = cancel, snap.uri
+        try:
+            st = completer.warm(model_text(snap.text), snap.line, snap.col, name=buffer_name(snap.uri),
+                                cache_key=snap.uri, cancel=cancel, chunk=self.IDLE_CHUNK)
+        finally:
+            self._idle_cancel = self._step_uri = None
+        c = self.counters
+        c.idle_prefills += 1
+        c.idle_prefill_tokens += st.prefill_tokens
+        c.idle_prefills_stopped += int(st.stop_reason == "cancelled")
+        self._warmed[snap.uri] = True
 
     def _apply_dirty(self, completer) -> None:
         """On the worker: bring the drafter's index up to date with the open buffers."""
@@ -295,7 +342,7 @@ class DittoServer(LanguageServer):
         def job(cancel: threading.Event):
             if seq != self._load_wanted:
                 return None  # a newer load was asked for meanwhile
-            from .completer import Completer, CompleterSettings
+            from .completer import Completer
             from .engine import Engine
             from .model import load
 
@@ -304,8 +351,7 @@ class DittoServer(LanguageServer):
                       trust_remote_code=settings.trust_remote_code,
                       progress=lambda msg, frac: loop.call_soon_threadsafe(report, msg, frac))
             completer = Completer(lm, engine=Engine(StepHook(lm, self._before_step, self._after_step)),
-                                  settings=CompleterSettings(drafter=settings.drafter, multiline=settings.multiline,
-                                                             draft_model=settings.draft_model))
+                                  settings=self.settings.completer_settings())
             # Pass costs for the adaptive draft length, measured on a plain engine (no test hooks).
             from .completer import calibrate
 
@@ -346,7 +392,8 @@ class DittoServer(LanguageServer):
     def _before_step(self, n_tokens: int) -> None:
         """On the worker, before every model pass: the debug hooks of the settings."""
         s = self.settings
-        if self._step_cancel is not None and self._step_cancel.is_set():
+        idle = self._idle_cancel
+        if idle is None and self._step_cancel is not None and self._step_cancel.is_set():
             # A pass begun after the request was cancelled/superseded. One can race the
             # engine's check of the flag; more than one per request means it is not checked.
             self.counters.stale_passes += 1
@@ -354,10 +401,11 @@ class DittoServer(LanguageServer):
             self._stale_in_request = (self._step_cancel, n)
             self.counters.stale_passes_max = max(self.counters.stale_passes_max, n)
         if s.debug_notify_steps and self.loop is not None:
-            params = {"uri": self._step_uri, "tokens": n_tokens}
+            params = {"uri": self._step_uri, "tokens": n_tokens, **({"idle": True} if idle is not None else {})}
             self.loop.call_soon_threadsafe(self.protocol.notify, DEBUG_STEP, params)
-        if s.debug_step_delay_ms > 0 and self._step_cancel is not None:
-            self._step_cancel.wait(s.debug_step_delay_ms / 1000)
+        wait_on = idle if idle is not None else self._step_cancel
+        if s.debug_step_delay_ms > 0 and wait_on is not None:
+            wait_on.wait(s.debug_step_delay_ms / 1000)
 
     def _after_step(self, n_tokens: int) -> None:
         """On the worker, after every model pass: the `debug_fail_forward` fault."""
@@ -367,8 +415,9 @@ class DittoServer(LanguageServer):
     # -- settings ----------------------------------------------------------------------------
     def apply_settings(self, options, where: str, load: bool = True) -> None:
         unknown: list[str] = []
+        refused: list[str] = []
         try:
-            new = self.settings.merged(options, unknown)
+            new = self.settings.merged(options, unknown, refused)
         except SettingsError as err:
             msg = f"Ditto: ignored {where}: {err}"
             log.error("%s", msg)
@@ -376,12 +425,10 @@ class DittoServer(LanguageServer):
             return
         if unknown:
             log.warning("ignored unknown settings in %s: %s", where, ", ".join(unknown))
-        old, self.settings = self.settings, new
-        if self.completer is not None:
-            from .completer import CompleterSettings
-
-            self.completer.settings = CompleterSettings(drafter=new.drafter, multiline=new.multiline,
-                                                        draft_model=new.draft_model)
+        if refused:
+            log.warning("ignored %s in %s: the server was not started with `ditto-lsp serve --debug-hooks`",
+                        ", ".join(refused), where)
+        old, self.settings = self.settings, new  # the worker gives the completer its share per request
         if load and (new.model_key() != old.model_key() or self.model_state == "failed"):
             self.request_load()
 
@@ -426,12 +473,17 @@ class DittoServer(LanguageServer):
             if completer is None:
                 return None
             self._apply_dirty(completer)
+            completer.settings = settings.completer_settings()  # on the worker: the request's settings
             self._step_cancel, self._step_uri = cancel, snap.uri
+            warmed = self._warmed.pop(snap.uri, False)
             try:
                 sug = completer.complete(model_text(snap.text), snap.line, snap.col, name=buffer_name(snap.uri), options=options,
                                          cancel=cancel, cache_key=snap.uri)
             finally:
                 self._step_cancel = self._step_uri = None
+            st = sug.completion.stats
+            if warmed and not sug.typethrough and st.reused_tokens >= 0.9 * len(sug.prompt.ids):
+                self.counters.idle_hits += 1
             self._record(snap, sug, completer)
             return sug
 
@@ -521,6 +573,8 @@ class DittoServer(LanguageServer):
             "drafted": c.drafted,
             "accepted": c.accepted,
             "typethrough": c.typethrough,
+            "idle_prefill": {"runs": c.idle_prefills, "tokens": c.idle_prefill_tokens,
+                             "stopped": c.idle_prefills_stopped, "hits": c.idle_hits},
             "model": self.model_info.get("model") if self.model_state == "ready" else self.settings.model,
             "device": self.model_info.get("device") if self.model_state == "ready" else None,
             "dtype": self.model_info.get("dtype") if self.model_state == "ready" else None,
@@ -534,6 +588,21 @@ class DittoServer(LanguageServer):
             "worker_pending_max": self.scheduler.max_pending,
             "open_documents": len(self.workspace.text_documents) if self.protocol._workspace else 0,
         }
+
+
+def edit_end(changes, units) -> types.Position | None:
+    """Where the last incremental change of a didChange leaves the cursor (client units); None
+    for a whole-document change, which says nothing about where the user is."""
+    if not changes or not isinstance(changes[-1], types.TextDocumentContentChangePartial):
+        return None
+    change = changes[-1]
+    start = change.range.start
+    start, end = (start, change.range.end) if (start.line, start.character) <= (
+        change.range.end.line, change.range.end.character) else (change.range.end, start)
+    lines = _LINE_BREAK.split(change.text)
+    if len(lines) == 1:
+        return types.Position(line=start.line, character=start.character + units(lines[0]))
+    return types.Position(line=start.line + len(lines) - 1, character=units(lines[-1]))
 
 
 def typed_after(doc, shown: str, limit: int = 200) -> str:
@@ -608,6 +677,7 @@ def build_server(settings: Settings | None = None) -> DittoServer:
     @server.feature(types.TEXT_DOCUMENT_DID_OPEN)
     def on_open(ls: DittoServer, params: types.DidOpenTextDocumentParams):
         ls.mark_dirty(params.text_document.uri, params.text_document.text)
+        ls.aim(params.text_document.uri, types.Position(line=0, character=0))
 
     @server.feature(types.TEXT_DOCUMENT_DID_CHANGE)
     def on_change(ls: DittoServer, params: types.DidChangeTextDocumentParams):
@@ -615,6 +685,16 @@ def build_server(settings: Settings | None = None) -> DittoServer:
         if doc is not None:
             ls.mark_dirty(doc.uri, doc.source)
             ls.note_change(params.text_document.uri, params)
+            end = edit_end(params.content_changes, ls.workspace.position_codec.client_num_units)
+            if end is not None:
+                ls.aim(params.text_document.uri, end)
+
+    @server.feature(CURSOR)
+    def on_cursor(ls: DittoServer, params):
+        uri = _get(params, "textDocument", "uri")
+        line, char = _get(params, "position", "line"), _get(params, "position", "character")
+        if isinstance(uri, str) and isinstance(line, int) and isinstance(char, int) and line >= 0 and char >= 0:
+            ls.aim(uri, types.Position(line=line, character=char))
 
     @server.feature(types.TEXT_DOCUMENT_DID_CLOSE)
     def on_close(ls: DittoServer, params: types.DidCloseTextDocumentParams):
@@ -695,7 +775,7 @@ def build_server(settings: Settings | None = None) -> DittoServer:
     @server.feature(DEBUG_DOCUMENT)
     def debug_document(ls: DittoServer, params):
         if not ls.settings.debug_documents:
-            raise JsonRpcMethodNotFound(f"{DEBUG_DOCUMENT} is off: set the debugDocuments setting")
+            raise JsonRpcMethodNotFound(f"{DEBUG_DOCUMENT} is off: needs `serve --debug-hooks` and debugDocuments")
         uri = _get(params, "uri")
         if not isinstance(uri, str):
             raise JsonRpcInvalidParams(f"{DEBUG_DOCUMENT}: uri must be a string")

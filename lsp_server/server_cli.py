@@ -16,8 +16,9 @@ def configure(p: argparse.ArgumentParser) -> None:
     from .cli import add_decode_args, add_model_args
 
     p.description = ("Run the language server. Speaks LSP on stdin/stdout unless --tcp is given. "
-                     "Every option here can also be set by the editor as initializationOptions or "
-                     "workspace/didChangeConfiguration settings (e.g. {\"model\": \"tiny-random\", \"maxTokens\": 32}).")
+                     "Every model and decoding option here can also be set by the editor as initializationOptions "
+                     "or workspace/didChangeConfiguration settings (e.g. {\"model\": \"tiny-random\", "
+                     "\"maxTokens\": 32}); --debug-hooks cannot.")
     g = p.add_argument_group("transport")
     g.add_argument("--stdio", action="store_true", help="speak LSP on stdin/stdout (the default)")
     g.add_argument("--tcp", type=int, metavar="PORT", default=None,
@@ -28,6 +29,13 @@ def configure(p: argparse.ArgumentParser) -> None:
     g.add_argument("--log-file", default=None, metavar="PATH", help="also write the log to PATH (it always goes to stderr)")
     add_model_args(p)
     add_decode_args(p)
+    srv = p.add_argument_group("server")
+    srv.add_argument("--no-idle-prefill", action="store_true",
+                     help="do not prefill the likely next prompt while the editor is idle (on by default)")
+    t = p.add_argument_group("testing")
+    t.add_argument("--debug-hooks", action="store_true",
+                   help="let the client set the debug* settings (test hooks: slowed or failing model passes, "
+                        "ditto/debug/document); off, they are ignored with a warning. Never needed in an editor")
 
 
 def run(args) -> int:

@@ -6,6 +6,16 @@ send the options flat or under a "ditto" key, in snake_case or camelCase
 (`maxTokens` == `max_tokens`). Unknown keys are ignored with a warning; a value of the
 wrong type or out of range raises SettingsError with one line naming the key.
 
+This dataclass is the one list of settings. The `serve` flags (cli.add_model_args /
+add_decode_args), the VS Code settings (editors/vscode/package.json, src/config.ts) and
+the Neovim `setup()` options (editors/nvim/lua/ditto/init.lua) are checked against
+`Settings.user_keys()` by tests/test_settings_paths.py, which fails when one drifts.
+
+The `debug_*` settings are test hooks (slow or failing model passes, a dump of the
+server's copy of a document). A client can set them only when the server was started
+with `ditto-lsp serve --debug-hooks`, a flag no client can set; otherwise they are
+ignored (`merged(..., refused=...)` names them so the server logs one warning).
+
 Left out on purpose: pygls, torch (this module is imported by the CLI before either).
 """
 
@@ -14,6 +24,12 @@ from __future__ import annotations
 import dataclasses
 import re
 from dataclasses import dataclass, fields
+
+
+DRAFTERS = ("none", "ngram", "model", "hybrid")  # the drafter names; every list of them is this one
+DEBUG_PREFIX = "debug_"  # settings named so are test hooks, off unless `serve --debug-hooks`
+CLI_ONLY = ("debug_hooks",)  # settable by `ditto-lsp serve` flags only, never by a client
+ALIASES = {"time_budget": "time_budget_s"}  # client key (snake_case) -> field
 
 
 class SettingsError(ValueError):
@@ -28,7 +44,7 @@ class Settings:
     dtype: str = "auto"  # auto | float32 | bfloat16 | float16
     trust_remote_code: bool = False  # let a model directory's own Python code run
     # -- decoding ------------------------------------------------------------------------
-    drafter: str = "ngram"  # none | ngram | model | hybrid
+    drafter: str = "ngram"  # one of DRAFTERS: none | ngram | model | hybrid
     draft_model: str = "qwen2.5-coder-0.5b"  # model spec of the model / hybrid drafters (same tokenizer as model)
     max_tokens: int = 64  # token budget of one suggestion
     draft_max: int = 8  # longest draft verified in one pass; 0 = plain decoding
@@ -38,7 +54,10 @@ class Settings:
     seed: int | None = None
     time_budget_s: float | None = 5.0  # stop decoding after this long (None = no limit)
     multiline: bool = True  # ghost text may span lines (until the current block ends)
-    # -- testing -------------------------------------------------------------------------
+    adaptive: bool = True  # choose each draft's length from measured pass costs; False = verify draft_max tokens
+    idle_prefill: bool = True  # prefill the likely next prompt while the user pauses (the worker is otherwise idle)
+    # -- testing (CLI only: `ditto-lsp serve --debug-hooks`) -----------------------------
+    debug_hooks: bool = False  # let clients set the debug_* settings below
     debug_step_delay_ms: float = 0.0  # sleep before every model pass (tests make decoding slow to cancel it)
     debug_notify_steps: bool = False  # send a `ditto/debug/step` notification before every model pass
     debug_documents: bool = False  # answer `ditto/debug/document` (the server's text of an open document)
@@ -54,25 +73,50 @@ class Settings:
 
         return DecodeOptions(max_new_tokens=self.max_tokens, temperature=self.temperature, top_p=self.top_p,
                              top_k=self.top_k, draft_max=self.draft_max, seed=self.seed,
-                             time_budget_s=self.time_budget_s)
+                             time_budget_s=self.time_budget_s, adaptive=self.adaptive)
+
+    def completer_settings(self):
+        """The Completer's share of these settings (built here only; imports torch, so not at module load)."""
+        from .completer import CompleterSettings
+
+        return CompleterSettings(drafter=self.drafter, multiline=self.multiline, draft_model=self.draft_model)
+
+    # -- the names ---------------------------------------------------------------------------
+    @classmethod
+    def user_keys(cls) -> tuple[str, ...]:
+        """The fields a user sets from an editor or a `serve` flag: all but CLI-only and debug_* ones."""
+        return tuple(f.name for f in fields(cls) if f.name not in CLI_ONLY and not f.name.startswith(DEBUG_PREFIX))
+
+    @classmethod
+    def field_for(cls, key: str) -> str | None:
+        """The field a client's key names (`maxTokens`, `max_tokens`, `timeBudget`), or None."""
+        name = _snake(str(key))
+        name = ALIASES.get(name, name)
+        return name if name in {f.name for f in fields(cls)} else None
 
     # -- building --------------------------------------------------------------------------
     @classmethod
     def from_cli(cls, args) -> "Settings":
-        """From `ditto-lsp serve` arguments (cli.add_model_args / add_decode_args)."""
-        return cls().merged({
-            "model": args.model, "device": args.device, "dtype": args.dtype,
-            "trust_remote_code": args.trust_remote_code, "drafter": args.drafter,
-            "draft_model": getattr(args, "draft_model", cls.draft_model), "max_tokens": args.max_tokens,
-            "draft_max": args.draft_max, "temperature": args.temperature, "top_p": args.top_p, "top_k": args.top_k,
-            "seed": args.seed, "time_budget_s": args.time_budget if args.time_budget is not None else cls.time_budget_s,
-            "multiline": not args.single_line,
-        })
+        """From `ditto-lsp serve` arguments (cli.add_model_args / add_decode_args, server_cli).
 
-    def merged(self, options, unknown: list[str] | None = None) -> "Settings":
+        Every user key comes from the argument of its own name, except the ones in
+        _CLI_DEST (another name) and _CLI_NEGATED (a `--single-line`-style flag).
+        """
+        options = {}
+        for name in cls.user_keys():
+            if name in _CLI_NEGATED:
+                options[name] = not getattr(args, _CLI_NEGATED[name])
+            else:
+                options[name] = getattr(args, _CLI_DEST.get(name, name))
+        if options["time_budget_s"] is None:  # no --time-budget: the server keeps its default budget
+            options["time_budget_s"] = cls.time_budget_s
+        return cls(debug_hooks=bool(getattr(args, "debug_hooks", False))).merged(options)
+
+    def merged(self, options, unknown: list[str] | None = None, refused: list[str] | None = None) -> "Settings":
         """A copy with `options` (a dict from the client) applied; SettingsError if invalid.
 
-        Names of ignored keys are appended to `unknown` when given.
+        Names of unknown keys are appended to `unknown` when given; names of keys a client
+        may not set (CLI-only ones, and debug_* ones unless `debug_hooks`) to `refused`.
         """
         if options is None:
             return self
@@ -80,15 +124,16 @@ class Settings:
             raise SettingsError(f"settings must be a JSON object, got {type(options).__name__}")
         if isinstance(options.get("ditto"), dict):
             options = {**{k: v for k, v in options.items() if k != "ditto"}, **options["ditto"]}
-        known = {f.name: f for f in fields(self)}
         changes = {}
         for key, value in options.items():
-            name = _snake(str(key))
-            if name == "time_budget":
-                name = "time_budget_s"
-            if name not in known:
+            name = self.field_for(key)
+            if name is None:
                 if unknown is not None:
                     unknown.append(str(key))
+                continue
+            if name in CLI_ONLY or (name.startswith(DEBUG_PREFIX) and not self.debug_hooks):
+                if refused is not None:
+                    refused.append(str(key))
                 continue
             changes[name] = _check(name, value, getattr(type(self), name, None))
         new = dataclasses.replace(self, **changes)
@@ -97,7 +142,7 @@ class Settings:
 
     def validate(self) -> None:
         checks = [
-            ("drafter", self.drafter in ("none", "ngram", "model", "hybrid"), "none, ngram, model or hybrid"),
+            ("drafter", self.drafter in DRAFTERS, f"one of {', '.join(DRAFTERS)}"),
             ("draft_model", bool(self.draft_model.strip()), "a non-empty model spec"),
             ("max_tokens", self.max_tokens >= 1, ">= 1"),
             ("draft_max", self.draft_max >= 0, ">= 0"),
@@ -111,12 +156,21 @@ class Settings:
         for name, ok, want in checks:
             if not ok:
                 raise SettingsError(f"setting {name!r} must be {want}, got {getattr(self, name)!r}")
+        if not self.debug_hooks:
+            for f in fields(self):
+                if f.name.startswith(DEBUG_PREFIX) and getattr(self, f.name) != f.default:
+                    raise SettingsError(f"setting {f.name!r} needs `ditto-lsp serve --debug-hooks`")
+
+
+# `serve` argument (argparse dest) of a user key where it is not the key's own name.
+_CLI_DEST = {"time_budget_s": "time_budget"}
+_CLI_NEGATED = {"multiline": "single_line", "adaptive": "no_adaptive", "idle_prefill": "no_idle_prefill"}  # key = not args.<flag>
 
 
 _TYPES = {
     "model": str, "device": str, "dtype": str, "drafter": str, "draft_model": str,
-    "trust_remote_code": bool, "multiline": bool, "debug_notify_steps": bool,
-    "debug_documents": bool, "debug_fail_forward": bool,
+    "trust_remote_code": bool, "multiline": bool, "adaptive": bool, "idle_prefill": bool, "debug_hooks": bool,
+    "debug_notify_steps": bool, "debug_documents": bool, "debug_fail_forward": bool,
     "max_tokens": int, "draft_max": int, "top_k": int, "seed": (int, type(None)),
     "temperature": float, "top_p": float, "time_budget_s": (float, type(None)), "debug_step_delay_ms": float,
 }

@@ -168,3 +168,61 @@ def test_fim_layout_keeps_edits_near_the_cursor_in_the_tail(lm):
             assert common >= above_end - 12, name  # the old cursor line joined the lines above
         else:
             assert common > above_end, name  # the lines above and the start of the suffix are kept
+
+
+def _conv_text() -> str:
+    import torch.nn.modules.conv as conv
+
+    with open(conv.__file__, encoding="utf-8") as f:
+        return f.read()
+
+
+@pytest.mark.parametrize("drafter", ["none", "ngram"])
+def test_window_reuse_paths_give_the_fresh_result(lm, drafter):
+    """Enter, typing a new line, deleting the line above, moving up 20 lines and down one, and a
+    jump far away, through one cache key: every completion equals a computation without any cache
+    (same document window, new prefill), token for token; and the edits did reuse the cache."""
+    lines = _conv_text().split("\n")[:900]
+    reuse, fresh = Completer(lm), Completer(lm)
+    for c in (reuse, fresh):
+        c.settings.type_through = False  # every request goes through the model
+        c.settings.drafter = drafter
+    opts = DecodeOptions(max_new_tokens=10, draft_max=4 if drafter == "ngram" else 0, prefill_chunk=64)
+    line = 600
+    steps = [("start", lines[:], line, len(lines[line]))]
+    cur = lines[:line + 1] + [""] + lines[line + 1:]
+    steps.append(("enter", cur, line + 1, 0))
+    new = "        out = self.weight"
+    for n in range(1, len(new) + 1, 6):
+        steps.append(("typing", cur[:line + 1] + [new[:n]] + cur[line + 2:], line + 1, n))
+    cur = cur[:line + 1] + [new] + cur[line + 2:]
+    steps.append(("new line typed", cur, line + 1, len(new)))
+    cur = cur[:line] + cur[line + 1:]  # the line above the cursor deleted
+    steps.append(("line above deleted", cur, line, len(new)))
+    steps.append(("up 20", cur, line - 20, 0))
+    steps.append(("down 1", cur, line - 19, 0))
+    steps.append(("far away", cur, 150, 0))
+    for name, doc_lines, l, col in steps:
+        doc = "\n".join(doc_lines)
+        a = reuse.complete(doc, l, col, name="conv.py", options=opts, cache_key="conv.py")
+        b = fresh.complete(doc, l, col, name="conv.py", options=opts, cache_key=None)
+        assert a.prompt.ids == b.prompt.ids, name  # the same window: a fair comparison
+        assert b.completion.stats.reused_tokens == 0
+        assert a.completion.tokens == b.completion.tokens, name
+        assert a.text == b.text, name
+        share = a.completion.stats.reused_tokens / len(a.prompt.ids)
+        if name in ("enter", "typing", "new line typed", "line above deleted", "up 20"):
+            assert share >= 0.9, (name, share)
+    assert reuse.engine.cached_keys() == ["conv.py"]
+
+
+def test_prompt_for_is_the_prompt_complete_sends(lm):
+    """What an idle prefill warms (prompt_for) is what the next completion at that place prefills."""
+    c = Completer(lm)
+    doc = "import os\n\n\ndef main(path):\n    data = os.listdir(path)\n    return \n\nmain('.')\n"
+    p = c.prompt_for(doc, 5, 11, name="main.py", cache_key="main.py")
+    sug = c.complete(doc, 5, 11, name="main.py", options=OPTS, cache_key="main.py")
+    assert sug.prompt.ids == p.ids
+    # The blank typed after "return" is healed: not in the typed text, not in the suffix.
+    assert lm.decode(p.ids[p.ids.index(lm.fim.middle) + 1 :]) == "    return"
+    assert p.typed == "    return" and p.after == ""

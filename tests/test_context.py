@@ -53,7 +53,8 @@ def test_other_buffers_come_first_and_respect_the_budget(lm):
     from lsp_server.context import ContextBudget
 
     others = [("a.py", "A = 1\n" * 50), ("b.py", "B = 2\n")]
-    p = build_prompt(lm, DOC, 1, 8, others=others, path="main.py", budget=ContextBudget(total=400, snippets=60))
+    p = build_prompt(lm, DOC, 1, 8, others=others, path="main.py",
+                     budget=ContextBudget(total=400, above=200, below=60, snippets=60))
     assert p.ids[0] == lm.fim.file_sep
     assert p.ids.index(lm.fim.prefix) > 0
     head = p.ids[: p.ids.index(lm.fim.prefix)]
@@ -97,7 +98,8 @@ def test_completer_heals_trailing_blanks(lm):
     c = Completer(lm)
     doc = "class A:\n    def f(self):\n        \n"
     sug = c.complete(doc, 2, 8, options=DecodeOptions(max_new_tokens=8, draft_max=0))
-    assert sug.prompt.ids == build_prompt(lm, doc, 2, 0).ids  # ends at <fim_middle>, blanks healed
+    # Ends at <fim_middle>; the blanks are healed: neither typed nor in the suffix.
+    assert sug.prompt.ids == build_prompt(lm, "class A:\n    def f(self):\n\n", 2, 0).ids
     assert sug.prompt.ids[-1] == lm.fim.middle
     assert sug.prompt.typed == "        "
     raw = sug.raw
@@ -106,4 +108,4 @@ def test_completer_heals_trailing_blanks(lm):
     # Typed code followed by a blank: the prompt ends at the code, the blank is healed too.
     doc2 = "x = \n"
     sug2 = c.complete(doc2, 0, 4, options=DecodeOptions(max_new_tokens=4, draft_max=0))
-    assert sug2.prompt.ids == build_prompt(lm, doc2, 0, 3).ids
+    assert sug2.prompt.ids == build_prompt(lm, "x =\n", 0, 3).ids

@@ -273,8 +273,8 @@ def run_nvim(nvim: Path, mode: str, tmp_path: Path, budget_s: float = 40) -> dic
 
 
 def shown(text: str) -> str:
-    """How Neovim shows text in virtual text: control characters as ^X."""
-    return "".join(f"^{chr(ord(c) ^ 0x40)}" if ord(c) < 0x20 or c == "\x7f" else c for c in text)
+    """How Neovim shows text in virtual text: control characters as ^X, except a tab (kept as is)."""
+    return "".join(f"^{chr(ord(c) ^ 0x40)}" if (ord(c) < 0x20 and c != "\t") or c == "\x7f" else c for c in text)
 
 
 def test_readme_shows_the_tested_init():

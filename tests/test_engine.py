@@ -234,6 +234,61 @@ def test_kv_store_is_bounded(lm):
     assert engine.cached_keys()[-1] == "doc9"  # least recently used evicted first
 
 
+def test_warm_prefills_for_a_later_request_and_keeps_what_it_did_when_cancelled(lm):
+    """Idle prefill: a warmed prompt is reused whole by the request; a cancelled warm-up keeps
+    the chunks it finished, and the result is the same tokens as a cold engine's."""
+    rng = random.Random(5)
+    prompt = [rng.randrange(6, lm.vocab_size) for _ in range(90)]
+    opts = DecodeOptions(max_new_tokens=8, draft_max=0)
+    cold = Engine(lm).generate(prompt, options=opts)
+    engine = Engine(lm)
+    st = engine.warm(prompt, "doc", chunk=16)
+    assert st.prefill_tokens == len(prompt) - 1 and st.stop_reason == ""
+    out = engine.generate(prompt, options=opts, cache_key="doc")
+    assert out.stats.reused_tokens == len(prompt) - 1 and out.stats.prefill_tokens == 0
+    assert out.tokens == cold.tokens
+    # Cancelled after two chunks: those stay cached, the request prefills only the rest.
+    engine = Engine(lm)
+    cancel = threading.Event()
+    real, passes = lm.forward, []
+
+    def counting(ids, cache, last):
+        passes.append(len(ids))
+        if len(passes) == 2:
+            cancel.set()  # the request arrives while the second chunk runs
+        return real(ids, cache, last=last)
+
+    lm.forward = counting
+    try:
+        st = engine.warm(prompt, "doc", cancel=cancel, chunk=16)
+    finally:
+        del lm.forward
+    assert st.stop_reason == "cancelled" and st.prefill_tokens == 32 and passes == [16, 16]
+    out = engine.generate(prompt, options=opts, cache_key="doc")
+    assert out.stats.reused_tokens == 32 and out.tokens == cold.tokens
+
+
+def test_time_budget_counts_decoding_not_prefill(lm):
+    """A prefill longer than the budget still gets a suggestion (the budget starts after it)."""
+    import time as _time
+
+    engine = Engine(lm)
+    real = lm.forward
+
+    def slow_prefill(ids, cache, last):
+        if len(ids) > 1:
+            _time.sleep(3.0)  # a "long" prefill: longer than the whole budget below
+        return real(ids, cache, last=last)
+
+    lm.forward = slow_prefill
+    try:
+        out = engine.generate(list(range(10, 60)), options=DecodeOptions(max_new_tokens=3, draft_max=0,
+                                                                         time_budget_s=2.0))
+    finally:
+        del lm.forward
+    assert out.tokens  # the old rule (budget from the start) returned nothing here
+
+
 def test_a_failing_forward_pass_leaves_no_half_written_cache(lm):
     engine = Engine(lm)
     prompt = [40, 41, 42, 43]

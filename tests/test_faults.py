@@ -30,7 +30,7 @@ def configure(c: RawClient, **options) -> None:
 def test_a_failing_model_pass_answers_an_error_is_logged_once_and_the_next_request_is_served(tmp_path):
     err = tmp_path / "stderr.txt"
     with open(err, "w") as stderr:
-        c = RawClient(["--model", "tiny-random", "--max-tokens", "8"], env=ENV, stderr=stderr)
+        c = RawClient(["--model", "tiny-random", "--max-tokens", "8", "--debug-hooks"], env=ENV, stderr=stderr)
     try:
         c.initialize({"maxTokens": 8})
         assert c.wait_ready(TIMEOUT)["params"]["value"]["message"] == "ready"
@@ -83,26 +83,26 @@ def test_a_corrupt_gguf_is_a_clear_message_and_the_server_keeps_answering(tmp_pa
 
 
 def test_a_packaged_model_with_a_hash_mismatch_is_refused_with_a_one_line_message(tmp_path, monkeypatch):
-    from lsp_server import model
+    from lsp_server import model, packaged
 
     part = tmp_path / "part01.bin"
     part.write_bytes(b"not the model" * 100)
-    fake = model.PackagedModel(name="fake-model", title="Fake", package="fake-part{i}", module="fake_part{i}",
+    fake = packaged.PackagedModel(name="fake-model", title="Fake", package="fake-part{i}", module="fake_part{i}",
                                count=1, version="1.0", sha256="0" * 64, size=part.stat().st_size)
     monkeypatch.setitem(model.PACKAGED, "fake-model", fake)
-    monkeypatch.setattr(model.PackagedModel, "part_paths", lambda self: [part])
+    monkeypatch.setattr(packaged.PackagedModel, "part_paths", lambda self: [part])
     monkeypatch.setenv("DITTO_CACHE_DIR", str(tmp_path / "cache"))
     with pytest.raises(model.ModelError) as info:
         model.load("fake-model", device="cpu")
     msg = str(info.value)
     assert "sha256" in msg and "fake-model" in msg and "--force" in msg and "\n" not in msg
-    assert not (tmp_path / "cache" / "models").exists()
+    assert not (tmp_path / "cache" / "models").exists() and not list((tmp_path / "cache").glob("gguf/*.gguf"))
 
 
 def test_a_packaged_model_with_a_missing_part_names_the_fix(monkeypatch):
-    from lsp_server import model
+    from lsp_server import model, packaged
 
-    fake = model.PackagedModel(name="fake-model", title="Fake", package="ditto-no-such-dist-part{i}",
+    fake = packaged.PackagedModel(name="fake-model", title="Fake", package="ditto-no-such-dist-part{i}",
                                module="ditto_no_such_dist_part{i}", count=2, version="1.0", sha256="0" * 64, size=1)
     monkeypatch.setitem(model.PACKAGED, "fake-model", fake)
     with pytest.raises(model.ModelError) as info:
@@ -125,7 +125,7 @@ def children(pid: int) -> set[int]:
 
 
 def test_the_server_exits_promptly_when_the_client_goes_away_mid_generation():
-    c = RawClient(["--model", "tiny-random", "--max-tokens", "64"], env=ENV)
+    c = RawClient(["--model", "tiny-random", "--max-tokens", "64", "--debug-hooks"], env=ENV)
     try:
         c.initialize({"debugStepDelayMs": 500, "debugNotifySteps": True, "timeBudgetS": None})
         assert c.wait_ready(TIMEOUT)["params"]["value"]["message"] == "ready"

@@ -7,7 +7,7 @@ lines) / didClose, completion requests on open, closed and never-opened document
 cancellations, and invalid messages (wrong param types, unknown methods, a request
 without a method, broken JSON). After every step: every request sent so far has an
 answer (a result or a JSON-RPC error), the process is alive, and the server's text of
-each document (`ditto/debug/document`, on with the `debugDocuments` setting) equals the
+each document (`ditto/debug/document`, on with `serve --debug-hooks` and the `debugDocuments` setting) equals the
 reference model below, written independently of server.py's `apply_change`.
 
 Reference rules (the server's docstring states them too): lines end at \\n, \\r\\n or \\r
@@ -145,7 +145,7 @@ BAD_BODIES = [b"{not json", b"[]", b"\xff\xfe\x00binary", b'{"jsonrpc": "2.0", "
 
 @pytest.fixture(scope="module")
 def server():
-    c = RawClient(["--model", "tiny-random", "--max-tokens", "4"], env={"OMP_NUM_THREADS": "1"})
+    c = RawClient(["--model", "tiny-random", "--max-tokens", "4", "--debug-hooks"], env={"OMP_NUM_THREADS": "1"})
     try:
         c.initialize({"debugDocuments": True, "maxTokens": 4, "timeBudgetS": 5})
         end = c.wait_ready(TIMEOUT)
@@ -287,7 +287,7 @@ def test_a_10_mb_document_is_edited_and_answered(server: RawClient):
 
 
 def test_requests_before_initialize_and_after_shutdown_get_errors_and_exit_codes_follow_the_spec():
-    c = RawClient(["--model", "tiny-random"], env={"OMP_NUM_THREADS": "1"})
+    c = RawClient(["--model", "tiny-random", "--debug-hooks"], env={"OMP_NUM_THREADS": "1"})
     try:
         early = [c.inline("file:///tmp/a.py", 0, 0), c.request("ditto/stats", {}), c.request("foo/bar", {})]
         for rid in early:

@@ -10,6 +10,9 @@ from a model directory, no network for a local model.
   marker file on import) is refused with a one-line ModelError and the marker is never
   written; with trust_remote_code=True the same directory does run its code (so the
   test can tell).
+- Debug hooks: without `serve --debug-hooks`, a client sending the debug* settings (and
+  `debugHooks` itself) gets them ignored with one warning per message in the log:
+  ditto/debug/document stays off, model passes are neither slowed, announced nor failed.
 - Network: loading a local model directory and completing with it make no socket
   connection (socket.connect patched to fail in-process); `model.py` passes
   `local_files_only=True` for directories, so only a hub id the user named can reach
@@ -106,7 +109,7 @@ def file_probe(tmp_path: Path, wrapper: list[str]):
     secret.write_text(f"API_KEY = '{SECRET}'\n" * 20)
     opened = tmp_path / "opened.py"
     opened.write_text(f"ON_DISK = '{SECRET}'\n")
-    c = RawClient(["--model", "tiny-random", "--max-tokens", "8"], env=ENV)
+    c = RawClient(["--model", "tiny-random", "--max-tokens", "8", "--debug-hooks"], env=ENV)
     if wrapper:
         c.kill()
         import lsp_server.storm as storm
@@ -114,7 +117,7 @@ def file_probe(tmp_path: Path, wrapper: list[str]):
         saved = storm.SERVE
         storm.SERVE = [*wrapper, *saved]
         try:
-            c = RawClient(["--model", "tiny-random", "--max-tokens", "8"], env=ENV)
+            c = RawClient(["--model", "tiny-random", "--max-tokens", "8", "--debug-hooks"], env=ENV)
         finally:
             storm.SERVE = saved
     try:
@@ -152,6 +155,46 @@ def test_under_strace_the_server_opens_no_user_file(tmp_path):
     log = trace.read_text()
     assert "openat(" in log  # the trace did record opens (of python's own files)
     assert str(secret) not in log and str(opened) not in log
+
+
+# -- debug hooks ---------------------------------------------------------------------------------------------
+
+DEBUG = {"debugDocuments": True, "debugFailForward": True, "debugNotifySteps": True, "debugStepDelayMs": 1,
+         "debugHooks": True}
+CODE = "def add(a, b):\n    return a + b\n\n\ndef mul(a, b):\n    "
+
+
+@pytest.mark.parametrize("hooks", [False, True], ids=["plain-serve", "serve-debug-hooks"])
+def test_a_client_turns_on_debug_hooks_only_when_serve_has_debug_hooks(tmp_path, hooks):
+    err = tmp_path / "stderr.txt"
+    with open(err, "w") as stderr:
+        c = RawClient(["--model", "tiny-random", "--max-tokens", "4", *(["--debug-hooks"] if hooks else [])],
+                      env=ENV, stderr=stderr)
+    try:
+        c.initialize(DEBUG)
+        assert c.wait_ready(TIMEOUT)["params"]["value"]["message"] == "ready"
+        c.notify("workspace/didChangeConfiguration", {"settings": {"ditto": DEBUG}})
+        uri = "file:///tmp/ditto-security/debug.py"
+        c.open(uri, CODE)
+        doc = c.call("ditto/debug/document", {"uri": uri}, TIMEOUT)
+        answer = c.wait(c.inline(uri, 5, 4), TIMEOUT)
+        steps = [m for m in c.notifications if m["method"] == "ditto/debug/step"]
+        if hooks:  # the control: the same client does reach every hook
+            assert doc["result"]["text"] == CODE
+            assert "out of memory" in answer["error"]["message"] and steps
+        else:
+            assert doc["error"]["code"] == -32601  # MethodNotFound: debugDocuments stayed off
+            assert "error" not in answer and not steps  # no failing, no announced passes
+            assert c.stats()["errors"] == 0
+        assert not [m for m in c.notifications if m["method"] == "window/showMessage"]
+        assert c.shutdown_and_exit() == 0
+    finally:
+        c.kill()
+    warnings = [line for line in err.read_text().splitlines() if "WARNING" in line and "--debug-hooks" in line]
+    assert len(warnings) == 2, warnings  # one per message: initializationOptions, didChangeConfiguration
+    refused = ["debugHooks"] if hooks else list(DEBUG)
+    for line in warnings:
+        assert f"ignored {', '.join(refused)} in " in line, line
 
 
 # -- code from a model directory -----------------------------------------------------------------------------

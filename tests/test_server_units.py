@@ -13,10 +13,28 @@ from lsp_server.settings import Settings, SettingsError
 
 def test_settings_accept_camel_case_nested_and_report_unknown_keys():
     unknown: list[str] = []
-    s = Settings().merged({"ditto": {"maxTokens": 12, "timeBudgetS": None, "debugStepDelayMs": 5}, "bogus": 1}, unknown)
+    s = Settings(debug_hooks=True).merged({"ditto": {"maxTokens": 12, "timeBudgetS": None, "debugStepDelayMs": 5},
+                                           "bogus": 1}, unknown)
     assert (s.max_tokens, s.time_budget_s, s.debug_step_delay_ms) == (12, None, 5.0)
     assert unknown == ["bogus"]
     assert s.decode_options().max_new_tokens == 12
+
+
+def test_debug_settings_are_refused_unless_the_server_has_debug_hooks():
+    debug = {"debugStepDelayMs": 5, "debugNotifySteps": True, "debugDocuments": True, "debugFailForward": True}
+    unknown: list[str] = []
+    refused: list[str] = []
+    s = Settings().merged({**debug, "debugHooks": True, "maxTokens": 3}, unknown, refused)
+    assert s == Settings(max_tokens=3) and unknown == []
+    assert refused == [*debug, "debugHooks"]
+    on = Settings(debug_hooks=True).merged(debug)
+    assert (on.debug_step_delay_ms, on.debug_notify_steps, on.debug_documents, on.debug_fail_forward) == \
+        (5, True, True, True)
+    refused.clear()
+    assert Settings(debug_hooks=True).merged({"debugHooks": False}, refused=refused).debug_hooks is True  # CLI only
+    assert refused == ["debugHooks"]
+    with pytest.raises(SettingsError, match="--debug-hooks"):
+        Settings(debug_documents=True).validate()  # a debug setting on without the hooks is no valid state
 
 
 @pytest.mark.parametrize("options", [{"maxTokens": 0}, {"maxTokens": "8"}, {"multiline": 1}, {"topP": 0},
@@ -129,3 +147,36 @@ async def test_scheduler_answers_a_queued_superseded_job_at_once():
     assert await newer == "new"
     sched.close()
     assert sched.join(5)
+
+
+async def test_scheduler_idle_job_runs_when_nothing_waits_and_yields_to_a_request():
+    """Idle work (prefill while the user pauses) runs only on an idle worker, and a request
+    stops it at its next check: the request waits for one step of it, never for all of it."""
+    sched = Scheduler()
+    started, steps, order = threading.Event(), [], []
+
+    def idle(cancel: threading.Event):
+        started.set()
+        while not cancel.is_set():  # a step of idle work, then the check
+            steps.append(1)
+            cancel.wait(0.005)
+        order.append("idle stopped")
+        return len(steps)
+
+    job = sched.idle(idle)
+    assert await asyncio.wrap_future(asyncio.run_coroutine_threadsafe(asyncio.to_thread(started.wait, 30),
+                                                                      asyncio.get_running_loop())) is True
+    assert not sched.busy  # idle work is not a pending request
+    assert await sched.run("doc", lambda cancel: order.append("request") or "answer") == "answer"
+    assert order == ["idle stopped", "request"]
+    assert job.future.done() and sched.idle_runs == 1 and sched.idle_cancelled == 1
+    # A newer idle job replaces one that has not started.
+    blocker = threading.Event()
+    sched.submit("doc", lambda cancel: blocker.wait(30))
+    first = sched.idle(lambda cancel: "first")
+    second = sched.idle(lambda cancel: "second")
+    blocker.set()
+    assert await asyncio.wrap_future(second.future) == "second"
+    assert first.future.cancelled()
+    sched.close()
+    assert sched.join(10)

@@ -5,7 +5,7 @@ docs/benchmark.md): at least "task", "system", "copyable", "latency_ms", "decode
 "generated", "target_passes", "drafted", "accepted", "drafted_at", "accepted_at",
 "identical", "exact_match", "first_line_exact", "edit_similarity",
 "first_line_edit_similarity", and in keystroke mode "tts_ms", "prefill_tokens",
-"typethrough".
+"typethrough"; session mode adds "session", "event", "window_moved", "idle_prefill_tokens".
 """
 
 from __future__ import annotations
@@ -229,6 +229,62 @@ def summarise_keystroke(records: list[dict]) -> dict:
             v["tts_p50_model_gain_vs_noreuse"] = _r(nr["tts_ms_p50_model"] / v["tts_ms_p50_model"], 3)
         if v["prefill_tokens_mean"] is not None and nr["prefill_tokens_mean"] is not None:
             v["prefill_tokens_gain_vs_noreuse"] = _r(nr["prefill_tokens_mean"] / max(v["prefill_tokens_mean"], 1e-9), 3)
+    return summary
+
+
+def summarise_session(records: list[dict]) -> dict:
+    """Per-system summary of session-mode records (one record per request; runner.Bench.session).
+
+    "model" figures leave out type-through answers (served from the suggestion on screen);
+    the reused share of a request is reused_tokens / prompt_tokens.
+    """
+    summary = {}
+    for s in dict.fromkeys(r["system"] for r in records):
+        rs = [r for r in records if r["system"] == s and r.get("error") is None]
+        if not rs:
+            continue
+        model = [r for r in rs if not r.get("typethrough")]
+        tts_model = [r["tts_ms"] for r in model]
+        prefill = [r["prefill_tokens"] for r in model]
+
+        def share(kind: str) -> list[float]:
+            return [r["reused_tokens"] / r["prompt_tokens"] for r in model if r.get("event") == kind and r["prompt_tokens"]]
+
+        enter, move, typing = share("enter"), share("move"), share("type")
+        summary[s] = {
+            "requests": len(rs),
+            "sessions": len({r["session"] for r in rs}),
+            "tasks": len({r["task"] for r in rs}),
+            "model_requests": len(model),
+            "tts_ms_p50": _r(percentile([r["tts_ms"] for r in rs], 50), 1),
+            "tts_ms_p95": _r(percentile([r["tts_ms"] for r in rs], 95), 1),
+            "tts_ms_p50_model": _r(percentile(tts_model, 50), 1),
+            "tts_ms_p95_model": _r(percentile(tts_model, 95), 1),
+            "prefill_tokens_p50_model": _r(percentile(prefill, 50), 1),
+            "prefill_tokens_p95_model": _r(percentile(prefill, 95), 1),
+            "prefill_tokens_mean_model": _r(_mean(prefill), 1),
+            "prompt_tokens_mean_model": _r(_mean([r["prompt_tokens"] for r in model]), 1),
+            "enter_requests": len(enter),
+            "reused_share_enter_mean": _r(_mean(enter)),
+            "reused_share_enter_p50": _r(percentile(enter, 50)),
+            "move_requests": len(move),
+            "reused_share_move_mean": _r(_mean(move)),
+            "reused_share_move_p50": _r(percentile(move, 50)),
+            "reused_share_type_mean": _r(_mean(typing)),
+            "window_moves": sum(1 for r in model if r.get("window_moved")),
+            "typethrough_hits": len(rs) - len(model),
+            "idle_prefill_hits": sum(1 for r in rs if (r.get("idle_prefill_tokens") or 0) > 0),
+            "acceptance_rate": _r(sum(r["accepted"] or 0 for r in rs) / d) if (d := sum(r["drafted"] or 0 for r in rs)) else None,
+        }
+    for s, v in summary.items():
+        nr = summary.get(f"{s}-noreuse")
+        if s.endswith("-noreuse") or not nr:
+            continue
+        for field, mine, theirs in (("prefill_tokens_p95_gain_vs_noreuse", v["prefill_tokens_p95_model"], nr["prefill_tokens_p95_model"]),
+                                    ("tts_p95_model_gain_vs_noreuse", v["tts_ms_p95_model"], nr["tts_ms_p95_model"]),
+                                    ("tts_p50_model_gain_vs_noreuse", v["tts_ms_p50_model"], nr["tts_ms_p50_model"])):
+            if mine is not None and theirs is not None:
+                v[field] = _r(theirs / max(mine, 1.0), 3)  # at least 1 token / 1 ms below: no division by ~0
     return summary
 
 

@@ -82,6 +82,23 @@ def keystroke_table(summary: dict) -> str:
     return "\n".join(rows)
 
 
+def session_table(summary: dict) -> str:
+    head = ("| system | sessions | tasks | requests | tts p50 ms | tts p95 ms | tts p50 ms (model) | tts p95 ms (model) | "
+            "prefill tokens p50 (model) | prefill tokens p95 (model) | prompt tokens mean | reused after Enter | "
+            "reused after a move | window moves | typethrough hits | idle-prefill hits | prefill p95 gain vs noreuse | "
+            "tts p95 gain (model) vs noreuse |")
+    rows = [head, "|" + "---|" * (head.count("|") - 1)]
+    for s, v in summary.items():
+        rows.append(f"| {s} | {v['sessions']} | {v['tasks']} | {v['requests']} | {_f(v['tts_ms_p50'], 0)} | "
+                    f"{_f(v['tts_ms_p95'], 0)} | {_f(v['tts_ms_p50_model'], 0)} | {_f(v['tts_ms_p95_model'], 0)} | "
+                    f"{_f(v['prefill_tokens_p50_model'], 0)} | {_f(v['prefill_tokens_p95_model'], 0)} | "
+                    f"{_f(v['prompt_tokens_mean_model'], 0)} | {_pct(v['reused_share_enter_mean'])} ({v['enter_requests']}) | "
+                    f"{_pct(v['reused_share_move_mean'])} ({v['move_requests']}) | {v['window_moves']} | "
+                    f"{v['typethrough_hits']} | {v['idle_prefill_hits']} | "
+                    f"{_f(v.get('prefill_tokens_p95_gain_vs_noreuse'), 1, '×')} | {_f(v.get('tts_p95_model_gain_vs_noreuse'), 2, '×')} |")
+    return "\n".join(rows)
+
+
 def markdown(results: dict) -> str:
     meta = results["meta"]
     out = [f"# Ditto benchmark ({meta.get('mode', 'completion')} mode)", ""]
@@ -106,7 +123,18 @@ def markdown(results: dict) -> str:
         out.append(f"- note: {meta['note']}")
     out.append("")
     summary = results["summary"]
-    if meta.get("mode") == "keystroke":
+    if meta.get("mode") == "session":
+        out += ["## Session replay: time to suggestion and prefill per request", "", session_table(summary), ""]
+        out.append("\"model\" columns leave out type-through answers. Reused after Enter / a move: mean share of the "
+                   "prompt's tokens taken from the KV cache on those requests (count in brackets). Window moves: requests "
+                   "whose lines-above window started at another line than the previous one. Idle-prefill hits: "
+                   "requests at a new place whose prompt was prefilled while the user paused there (server.py idle "
+                   "prefill; not counted in their time to suggestion; off with --no-idle-prefill). Systems with -noreuse pass no "
+                   "cache key: no KV reuse and no type-through.")
+        if meta.get("budget"):
+            out.append("")
+            out.append(f"Context budget: {meta['budget']}")
+    elif meta.get("mode") == "keystroke":
         out += ["## Time to suggestion per keystroke", "", keystroke_table(summary), ""]
         out.append("Systems with -noreuse pass no cache key: no KV reuse and no type-through.")
     else:
@@ -141,7 +169,7 @@ def plots(results: dict, out: Path) -> list[str]:
     systems = list(results["summary"])
     if not systems:
         return made
-    key = "tts_ms" if results["meta"].get("mode") == "keystroke" else "latency_ms"
+    key = "tts_ms" if results["meta"].get("mode") in ("keystroke", "session") else "latency_ms"
     fig, ax = plt.subplots(figsize=(8, 4.5))
     data = [[r[key] / 1000 for r in tasks if r["system"] == s and r.get(key) is not None] for s in systems]
     ax.boxplot(data, showfliers=True)

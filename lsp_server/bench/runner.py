@@ -5,6 +5,10 @@ and token budget: `off` first (it prefills the prompt under the task's cache key
 the reference), then the other Ditto systems (reusing that prefill), then the
 transformers systems (budget = the tokens `off` generated). Keystroke mode types the
 ground truth one character at a time and requests a completion after each keystroke.
+Session mode replays several tasks of one file in sequence with one cache (session.py).
+
+Every system starts each task (session) with a fresh prompt window for the document
+(context.py), so a system's prompts never depend on which system or task ran before.
 """
 
 from __future__ import annotations
@@ -48,6 +52,7 @@ class Bench:
             elif ref is not None:
                 run_hf(self.lm, ref.prompt.ids, s, 4, self.lookup_tokens)
         self.completer.engine.clear_cache()
+        self.completer.forget_window(task.path)
 
     # -- completion mode --------------------------------------------------------------------
     def completion_task(self, task, systems: list[str]) -> list[dict]:
@@ -57,6 +62,7 @@ class Bench:
         records = []
         ref = None
         ref_run = None
+        self.completer.forget_window(task.path)
         try:
             for s in systems:
                 if s in DITTO or fixed_k(s):
@@ -91,6 +97,7 @@ class Bench:
         for s in systems:
             base = s.removesuffix("-noreuse")
             key = None if s.endswith("-noreuse") else f"doc:{task.path}"
+            self.completer.forget_window(task.path)
             try:
                 for i in range(n + 1):
                     text, line, col = task.typed(i)
@@ -104,3 +111,60 @@ class Bench:
             finally:
                 if key is not None:
                     self.completer.engine.forget(key)
+
+    # -- session mode -----------------------------------------------------------------------
+    def session(self, session, systems: list[str], max_keystrokes: int | None,
+                on_request: Callable[[], None] | None = None, idle_prefill: bool = True) -> Iterator[dict]:
+        """One record per request of the session replay (session.py), each system in turn.
+
+        A system with a cache key keeps one KV cache for the whole session (`doc:<path>`),
+        as the server keeps one per document; a -noreuse system passes none. Both follow
+        the same prompt windows (the Completer keys them by the document's name).
+
+        `idle_prefill`: the user pauses where they arrive (a `move`) before typing, and the
+        server prefills the prompt there meanwhile (server.py idle prefill, Completer.warm);
+        that prefill is the record's `idle_prefill_tokens` / `idle_prefill_ms` and is not part
+        of its time to suggestion. Systems without a cache key have nothing to prefill into.
+        """
+        from .session import events
+
+        for s in systems:
+            base = s.removesuffix("-noreuse")
+            key = None if s.endswith("-noreuse") else f"doc:{session.path}"
+            self.completer.forget_window(session.path)
+            self.completer.engine.clear_cache()
+            prev = None  # the previous prompt of this system in this session
+            try:
+                for ev in events(session, max_keystrokes):
+                    task = ev.task
+                    idle_tokens, idle_ms = 0, 0.0
+                    if idle_prefill and key is not None and ev.kind == "move":
+                        warm = self.completer.warm(ev.text, ev.line, ev.col, name=task.path, cache_key=key,
+                                                   others=list(session.buffers))
+                        idle_tokens, idle_ms = warm.prefill_tokens, warm.prefill_ms
+                    run, sug = run_ditto(self.completer, _with_buffers(task, session.buffers), base, self.options, key,
+                                         text=ev.text, line=ev.line, col=ev.col)
+                    typethrough = bool(getattr(sug, "typethrough", False))
+                    rec = {"session": session.id, "task": task.id, "system": s, "event": ev.kind,
+                           "keystroke": ev.keystroke, "line": ev.line, "copyable": task.copyable,
+                           "tts_ms": round(run.latency_ms, 2), "typethrough": typethrough,
+                           "start_line": None if typethrough else sug.prompt.start_line,
+                           "window_moved": (not typethrough and prev is not None
+                                            and sug.prompt.start_line != prev.start_line),
+                           # Prompt tokens an idle prefill computed while the user paused before this request.
+                           "idle_prefill_tokens": idle_tokens, "idle_prefill_ms": round(idle_ms, 1),
+                           **run.as_dict()}
+                    if not typethrough:
+                        prev = sug.prompt
+                    if on_request:
+                        on_request()
+                    yield rec
+            finally:
+                if key is not None:
+                    self.completer.engine.forget(key)
+                self.completer.forget_window(session.path)
+
+
+def _with_buffers(task, buffers):
+    """The task with the session's open buffers (one session: one set of buffers)."""
+    return task if task.buffers == buffers else replace(task, buffers=list(buffers))

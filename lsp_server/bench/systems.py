@@ -25,7 +25,7 @@ the time to their first new token as their prefill.
 
 Keystroke mode: one request per typed character through the same Completer path the
 server uses, with the document's cache key (KV reuse); a ``-noreuse`` suffix runs the
-same system without a cache key.
+same system without a cache key. Session mode (session.py) takes the same systems.
 """
 
 from __future__ import annotations
@@ -46,10 +46,10 @@ def parse_systems(spec: str, mode: str) -> list[str]:
     names = [s.strip() for s in spec.split(",") if s.strip()]
     if not names:
         raise ValueError("--systems is empty")
-    if mode == "keystroke":
+    if mode in ("keystroke", "session"):
         for n in names:
             if n.removesuffix("-noreuse") not in KEYSTROKE_BASE:
-                raise ValueError(f"unknown keystroke-mode system {n!r}: use off, ngram, each optionally with -noreuse")
+                raise ValueError(f"unknown {mode}-mode system {n!r}: use off, ngram, each optionally with -noreuse")
         return list(dict.fromkeys(names))
     for n in names:
         if n not in COMPLETION_SYSTEMS and fixed_k(n) is None:

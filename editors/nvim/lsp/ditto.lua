@@ -15,7 +15,8 @@ return {
   },
   root_markers = { '.git', 'pyproject.toml', 'package.json', 'Cargo.toml', 'go.mod' },
   -- Sent as initializationOptions. model: default | qwen2.5-coder-0.5b | qwen2.5-coder-1.5b |
-  -- tiny-random | FILE.gguf | DIR | hub id; drafter: ngram | none (plain decoding).
+  -- tiny-random | FILE.gguf | DIR | hub id; drafter: none | ngram | model | hybrid. Any other server
+  -- setting goes here too, or as a require('ditto').setup() option of the same name.
   init_options = {
     model = 'default',
     drafter = 'ngram',

@@ -10,7 +10,14 @@
  *  - server settings: sent as `initializationOptions` and, on change, as
  *    `workspace/didChangeConfiguration` `{settings: {ditto: {...}}}`. The server accepts
  *    camelCase names and reloads the model when `model`/`device`/`dtype` change.
+ *
+ * The server settings are the server's Settings fields (lsp_server/settings.py), camelCase.
+ * tests/test_settings_paths.py checks package.json's `ditto.*` properties against those
+ * fields and SERVER_KEYS below against package.json; test/unit/config.test.ts checks
+ * DEFAULTS against package.json. The drafter names are package.json's enum, not a copy.
  */
+
+import manifest from "../package.json";
 
 export interface DittoSettings {
   enable: boolean;
@@ -19,14 +26,24 @@ export interface DittoSettings {
   serverArgs: string[];
   model: string;
   drafter: string;
+  draftModel: string;
+  adaptive: boolean;
+  idlePrefill: boolean;
   device: string;
   dtype: string;
+  trustRemoteCode: boolean;
   maxTokens: number;
   draftMax: number;
   temperature: number;
+  topP: number;
+  topK: number;
+  seed: number | null;
   timeBudget: number | null;
   multiline: boolean;
 }
+
+/** The server's drafter names (none, ngram, model, hybrid): package.json's enum for `ditto.drafter`. */
+export const DRAFTERS: readonly string[] = manifest.contributes.configuration.properties["ditto.drafter"].enum;
 
 export const DEFAULTS: DittoSettings = {
   enable: true,
@@ -35,11 +52,18 @@ export const DEFAULTS: DittoSettings = {
   serverArgs: [],
   model: "default",
   drafter: "ngram",
+  draftModel: "qwen2.5-coder-0.5b",
+  adaptive: true,
+  idlePrefill: true,
   device: "auto",
   dtype: "auto",
+  trustRemoteCode: false,
   maxTokens: 64,
   draftMax: 8,
   temperature: 0,
+  topP: 1,
+  topK: 0,
+  seed: null,
   timeBudget: 5,
   multiline: true,
 };
@@ -48,11 +72,18 @@ export const DEFAULTS: DittoSettings = {
 export const SERVER_KEYS = [
   "model",
   "drafter",
+  "draftModel",
+  "adaptive",
+  "idlePrefill",
   "device",
   "dtype",
+  "trustRemoteCode",
   "maxTokens",
   "draftMax",
   "temperature",
+  "topP",
+  "topK",
+  "seed",
   "timeBudget",
   "multiline",
 ] as const;
@@ -71,24 +102,38 @@ function num(v: unknown, dflt: number, min: number, integer: boolean): number {
   return integer ? Math.floor(v) : v;
 }
 
+function bool(v: unknown, dflt: boolean): boolean {
+  return typeof v === "boolean" ? v : dflt;
+}
+
 /** Read and sanitise `ditto.*`: a wrong type falls back to the default (the editor shows the schema error). */
 export function readSettings(get: Getter): DittoSettings {
   const args = get("serverArgs");
   const tb = get("timeBudget");
+  const drafter = get("drafter");
+  const topP = get("topP");
+  const seed = get("seed");
   return {
-    enable: typeof get("enable") === "boolean" ? (get("enable") as boolean) : DEFAULTS.enable,
+    enable: bool(get("enable"), DEFAULTS.enable),
     serverCommand: str(get("serverCommand"), DEFAULTS.serverCommand),
     pythonPath: typeof get("pythonPath") === "string" ? (get("pythonPath") as string).trim() : "",
     serverArgs: Array.isArray(args) ? args.filter((a): a is string => typeof a === "string") : [],
     model: str(get("model"), DEFAULTS.model),
-    drafter: get("drafter") === "none" || get("drafter") === "ngram" ? (get("drafter") as string) : DEFAULTS.drafter,
+    drafter: typeof drafter === "string" && DRAFTERS.includes(drafter) ? drafter : DEFAULTS.drafter,
+    draftModel: str(get("draftModel"), DEFAULTS.draftModel),
+    adaptive: bool(get("adaptive"), DEFAULTS.adaptive),
+    idlePrefill: bool(get("idlePrefill"), DEFAULTS.idlePrefill),
     device: str(get("device"), DEFAULTS.device),
     dtype: str(get("dtype"), DEFAULTS.dtype),
+    trustRemoteCode: bool(get("trustRemoteCode"), DEFAULTS.trustRemoteCode),
     maxTokens: num(get("maxTokens"), DEFAULTS.maxTokens, 1, true),
     draftMax: num(get("draftMax"), DEFAULTS.draftMax, 0, true),
     temperature: num(get("temperature"), DEFAULTS.temperature, 0, false),
+    topP: typeof topP === "number" && topP > 0 && topP <= 1 ? topP : DEFAULTS.topP,
+    topK: num(get("topK"), DEFAULTS.topK, 0, true),
+    seed: typeof seed === "number" && Number.isInteger(seed) ? seed : DEFAULTS.seed,
     timeBudget: tb === null ? null : typeof tb === "number" && tb > 0 ? tb : DEFAULTS.timeBudget,
-    multiline: typeof get("multiline") === "boolean" ? (get("multiline") as boolean) : DEFAULTS.multiline,
+    multiline: bool(get("multiline"), DEFAULTS.multiline),
   };
 }
 

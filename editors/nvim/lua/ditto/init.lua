@@ -12,14 +12,38 @@ M.name = 'ditto'
 ---@field prev? string|false Insert mode: previous suggestion. Default '<M-['>.
 ---@field trigger? string|false Insert mode, 0.11 fallback only: open the completion menu. Default '<C-Space>'.
 
+--- Server settings: sent as initializationOptions. The names are the server's own (its Settings
+--- fields, lsp_server/settings.py; `ditto-lsp serve --help` says what each does). Left unset, the
+--- server's default holds. tests/test_settings_paths.py checks this list against the server's.
+M.server_options = {
+  'model', 'device', 'dtype', 'trust_remote_code', 'drafter', 'draft_model', 'max_tokens', 'draft_max',
+  'temperature', 'top_p', 'top_k', 'seed', 'time_budget_s', 'multiline', 'adaptive', 'idle_prefill',
+}
+
 ---@class ditto.Opts
 ---@field cmd? string[] Server command. Default { 'ditto-lsp', 'serve' }.
----@field model? string initializationOptions.model (see lsp/ditto.lua).
----@field drafter? string initializationOptions.drafter: 'ngram' or 'none'.
----@field init_options? table Further initializationOptions, merged over the above.
+---@field model? string default | qwen2.5-coder-0.5b | qwen2.5-coder-1.5b | tiny-random | FILE.gguf | DIR | hub id.
+---@field device? string auto | cpu | cuda | cuda:N.
+---@field dtype? string auto | float32 | bfloat16 | float16.
+---@field trust_remote_code? boolean Let a model directory's own Python code run. Default false.
+---@field drafter? string none | ngram | model | hybrid. Default 'ngram'.
+---@field draft_model? string Draft model of the model and hybrid drafters (same tokenizer as model).
+---@field max_tokens? integer Token budget of one suggestion.
+---@field draft_max? integer Longest draft verified in one model pass (0 = plain decoding).
+---@field temperature? number 0 = greedy.
+---@field top_p? number
+---@field top_k? integer
+---@field seed? integer|vim.NIL Sampling seed.
+---@field time_budget_s? number|vim.NIL Seconds one suggestion may take (vim.NIL = no limit).
+---@field multiline? boolean Suggestions may span lines.
+---@field adaptive? boolean Choose each draft's length from measured pass costs. Default true.
+---@field idle_prefill? boolean Prefill the next prompt while you pause. Default true.
+---@field init_options? table Further initializationOptions, under the options above.
 ---@field filetypes? string[] Filetypes to attach to.
 ---@field enable? boolean Call vim.lsp.enable('ditto'). Default true.
 ---@field keymaps? ditto.Keymaps|false false: set no keymaps.
+
+local client_options = { cmd = true, filetypes = true, enable = true, keymaps = true, init_options = true }
 
 ---@type ditto.Opts
 M.defaults = {
@@ -196,8 +220,16 @@ function M.setup(opts)
     config.filetypes = opts.filetypes
   end
   local init = vim.tbl_extend('force', {}, opts.init_options or {})
-  init.model = opts.model or init.model
-  init.drafter = opts.drafter or init.drafter
+  for _, key in ipairs(M.server_options) do
+    if opts[key] ~= nil then
+      init[key] = opts[key]
+    end
+  end
+  for key in pairs(opts) do
+    if not client_options[key] and not vim.tbl_contains(M.server_options, key) then
+      vim.notify(('Ditto: unknown setup() option %q (ignored)'):format(key), vim.log.levels.WARN)
+    end
+  end
   if next(init) then
     config.init_options = init
   end

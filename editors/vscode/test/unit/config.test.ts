@@ -1,13 +1,18 @@
 import { test } from "node:test";
 import assert from "node:assert/strict";
 
+import manifest from "../../package.json";
 import {
   changeKind,
   configurationParams,
   DEFAULTS,
   describeLaunch,
+  DittoSettings,
+  DRAFTERS,
   initializationOptions,
+  RESTART_KEYS,
   readSettings,
+  SERVER_KEYS,
   serverLaunch,
 } from "../../src/config";
 
@@ -22,14 +27,35 @@ test("settings become flat camelCase initializationOptions, client-only keys lef
   assert.deepEqual(initializationOptions(s), {
     model: "tiny-random",
     drafter: "none",
+    draftModel: "qwen2.5-coder-0.5b",
+    adaptive: true,
+    idlePrefill: true,
     device: "auto",
     dtype: "auto",
+    trustRemoteCode: false,
     maxTokens: 32,
     draftMax: 8,
     temperature: 0,
+    topP: 1,
+    topK: 0,
+    seed: null,
     timeBudget: null,
     multiline: true,
   });
+});
+
+test("every drafter, the draft model and adaptive reach the server's options", () => {
+  assert.deepEqual([...DRAFTERS], ["none", "ngram", "model", "hybrid"]);
+  for (const drafter of DRAFTERS) assert.equal(initializationOptions(from({ drafter })).drafter, drafter);
+  const s = from({ drafter: "hybrid", draftModel: " qwen2.5-coder-1.5b ", adaptive: false, topP: 0.9, topK: 40, seed: 7 });
+  const o = initializationOptions(s);
+  assert.equal(o.drafter, "hybrid");
+  assert.equal(o.draftModel, "qwen2.5-coder-1.5b");
+  assert.equal(o.adaptive, false);
+  assert.deepEqual([o.topP, o.topK, o.seed], [0.9, 40, 7]);
+  assert.equal(initializationOptions(from({ drafter: "model" })).drafter, "model");
+  assert.deepEqual(configurationParams(s).settings.ditto, o);
+  assert.equal(changeKind(from({}), s), "notify");
 });
 
 test("didChangeConfiguration sends the same options under a ditto key", () => {
@@ -46,6 +72,9 @@ test("wrong types and out-of-range numbers fall back to defaults", () => {
   assert.equal(s.drafter, "ngram");
   assert.equal(s.timeBudget, 5);
   assert.deepEqual(s.serverArgs, ["-v"]);
+  const t = from({ draftModel: "", adaptive: "no", topP: 0, topK: -1, seed: 1.5, trustRemoteCode: "yes", drafter: 3 });
+  assert.deepEqual([t.draftModel, t.adaptive, t.topP, t.topK, t.seed, t.trustRemoteCode, t.drafter],
+    [DEFAULTS.draftModel, true, 1, 0, null, false, "ngram"]);
   assert.equal(from({ maxTokens: 12.7 }).maxTokens, 12);
   assert.equal(from({ draftMax: 0 }).draftMax, 0);
 });
@@ -73,4 +102,20 @@ test("changeKind: launch settings restart, server settings notify, enable does n
   assert.equal(changeKind(a, from({ drafter: "none" })), "notify");
   assert.equal(changeKind(a, from({ enable: false })), "none");
   assert.equal(changeKind(a, from({})), "none");
+});
+
+// package.json is what VS Code shows and validates; these keep config.ts in step with it (and
+// tests/test_settings_paths.py keeps package.json in step with the server's Settings).
+const properties = manifest.contributes.configuration.properties as Record<string, { default?: unknown }>;
+const CLIENT_ONLY = ["enable", ...RESTART_KEYS];
+
+test("every ditto.* setting is read here with package.json's default, and nothing else is", () => {
+  const declared = Object.keys(properties).map((k) => k.replace(/^ditto\./, "")).filter((k) => k !== "trace.server");
+  assert.deepEqual([...declared].sort(), Object.keys(DEFAULTS).sort());
+  for (const k of declared) assert.deepEqual(properties[`ditto.${k}`].default, DEFAULTS[k as keyof DittoSettings], k);
+});
+
+test("the server keys are exactly the settings that are not the client's own", () => {
+  const server = Object.keys(DEFAULTS).filter((k) => !CLIENT_ONLY.includes(k));
+  assert.deepEqual([...SERVER_KEYS].sort(), server.sort());
 });

@@ -1,0 +1,123 @@
+"""Idle prefill end to end: the server prefills the likely next prompt while the client pauses.
+
+`ditto-lsp serve` over stdio (pytest-lsp) with the tiny random model. What is checked is what
+a user would feel, by counts and events, never by timing:
+- after didOpen and a cursor notification (or an edit) and a pause, the first request at
+  that place finds at least 90% of its prompt in the cache (its trace says so);
+- a request that arrives while idle prefill runs waits for at most one more idle pass
+  (the step notifications of `--debug-hooks` show the order of passes), and the chunks
+  prefilled before it stay cached for it.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import sys
+
+import pytest
+import pytest_lsp
+from lsprotocol import types
+from pytest_lsp import ClientServerConfig, LanguageClient
+
+from test_server import TIMEOUT, inline, plain, stats, trace, wait_progress_end
+
+pytestmark = pytest.mark.asyncio(loop_scope="module")
+
+SERVER = [sys.executable, "-m", "lsp_server.cli", "serve", "--model", "tiny-random", "--max-tokens", "4",
+          "--debug-hooks"]
+FAST = {"maxTokens": 4, "debugStepDelayMs": 0, "debugNotifySteps": False, "timeBudgetS": 10}
+# A long document: its prompt takes many idle passes of 32 tokens.
+LINES = [f"def handler_{i}(request, value_{i}):\n    return request.process(value_{i}) + {i}\n" for i in range(150)]
+DOC = "".join(LINES) + "\n"
+
+
+@pytest_lsp.fixture(config=ClientServerConfig(server_command=SERVER), scope="module")
+async def client(lsp_client: LanguageClient):
+    caps = types.ClientCapabilities(window=types.WindowClientCapabilities(work_done_progress=True))
+    await lsp_client.initialize_session(types.InitializeParams(capabilities=caps, initialization_options=FAST))
+    await wait_progress_end(lsp_client)
+    yield
+    await lsp_client.shutdown_session()
+
+
+def open_doc(client: LanguageClient, uri: str, text: str):
+    client.text_document_did_open(types.DidOpenTextDocumentParams(
+        text_document=types.TextDocumentItem(uri=uri, language_id="python", version=1, text=text)))
+
+
+def move_cursor(client: LanguageClient, uri: str, line: int, character: int):
+    client.protocol.notify("ditto/didMoveCursor", {"textDocument": {"uri": uri},
+                                                   "position": {"line": line, "character": character}})
+
+
+async def idle_done(client: LanguageClient, before: dict, tokens: int):
+    """Wait (bounded) until idle prefill has prefilled `tokens` more tokens and the worker is idle."""
+    for _ in range(int(TIMEOUT / 0.05)):
+        s = await stats(client)
+        if s["idle_prefill"]["tokens"] - before["tokens"] >= tokens and not s["worker_busy"]:
+            return s
+        await asyncio.sleep(0.05)
+    raise AssertionError(f"idle prefill did not prefill {tokens} tokens within {TIMEOUT} s: {s}")
+
+
+async def test_after_open_and_a_pause_the_first_request_finds_its_prompt_prefilled(client: LanguageClient):
+    uri = "file:///tmp/ditto-idle/open.py"
+    before = (await stats(client))["idle_prefill"]
+    open_doc(client, uri, DOC)
+    line = 200
+    move_cursor(client, uri, line, 4)  # Ditto's plugins say where the cursor is
+    await idle_done(client, before, 500)  # most of the prompt at that line
+    await asyncio.wait_for(inline(client, uri, line, 4), TIMEOUT)
+    t = await trace(client, uri)
+    s = t["stats"]
+    prompt_tokens = s["prefill_tokens"] + s["reused_tokens"] + 1
+    assert s["reused_tokens"] >= 0.9 * prompt_tokens, s
+    assert (await stats(client))["idle_prefill"]["hits"] == before["hits"] + 1
+
+
+async def test_an_edit_aims_idle_prefill_at_its_end(client: LanguageClient):
+    uri = "file:///tmp/ditto-idle/edit.py"
+    open_doc(client, uri, DOC)
+    before = (await stats(client))["idle_prefill"]
+    # Type "x = " at the start of line 120: the cursor is then at (120, 4).
+    client.text_document_did_change(types.DidChangeTextDocumentParams(
+        text_document=types.VersionedTextDocumentIdentifier(uri=uri, version=2),
+        content_changes=[types.TextDocumentContentChangePartial(
+            range=types.Range(start=types.Position(line=120, character=0), end=types.Position(line=120, character=0)),
+            text="x = ")]))
+    await idle_done(client, before, 500)
+    await asyncio.wait_for(inline(client, uri, 120, 4), TIMEOUT)
+    s = (await trace(client, uri))["stats"]
+    assert s["reused_tokens"] >= 0.9 * (s["prefill_tokens"] + s["reused_tokens"] + 1), s
+
+
+async def test_a_request_during_idle_prefill_waits_for_at_most_one_idle_pass(client: LanguageClient):
+    uri = "file:///tmp/ditto-idle/busy.py"
+    steps: list[dict] = []
+    got_idle = asyncio.Event()
+
+    def on_step(params):
+        p = plain(params) if not isinstance(params, dict) else params
+        steps.append(p)
+        if p.get("idle") and p.get("uri", "").endswith("busy.py"):
+            got_idle.set()
+
+    client.feature("ditto/debug/step")(on_step)
+    client.workspace_did_change_configuration(types.DidChangeConfigurationParams(
+        settings={**FAST, "debugStepDelayMs": 150, "debugNotifySteps": True}))
+    try:
+        open_doc(client, uri, DOC)
+        move_cursor(client, uri, 250, 0)
+        await asyncio.wait_for(got_idle.wait(), TIMEOUT)  # idle prefill is running (slowly: 150 ms a pass)
+        sent_at = len(steps)
+        result = await asyncio.wait_for(inline(client, uri, 250, 0), TIMEOUT)
+        assert result is None or result.items is not None
+        after = steps[sent_at:]
+        first_request_pass = next(i for i, p in enumerate(after) if not p.get("idle"))
+        # The pass running when the request came may finish; no idle pass starts after it.
+        assert first_request_pass <= 1, after[:5]
+        s = (await trace(client, uri))["stats"]
+        assert s["reused_tokens"] > 0  # what idle prefill did before the request was kept
+        assert (await stats(client))["idle_prefill"]["stopped"] >= 1
+    finally:
+        client.workspace_did_change_configuration(types.DidChangeConfigurationParams(settings=FAST))
