@@ -241,6 +241,11 @@ class Engine:
         return stats
 
     def propose(self, drafter: Drafter | None, seq: list[int], k: int) -> Proposal:
+        rows = getattr(self.lm, "fixed_rows", None)
+        if rows is not None:
+            # A backend with a fixed pass shape (lsp_server/torch_backend.py pad_to; docs/gpu.md)
+            # is exact only for passes within it: [last] + at most rows - 1 drafts.
+            k = min(k, rows - 1)
         if drafter is None or k <= 0:
             return Proposal([])
         proposal = drafter.propose(seq, k)
