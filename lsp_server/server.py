@@ -361,7 +361,7 @@ class DittoServer(LanguageServer):
 
             self.completer = None
             lm = load(settings.model, device=settings.device, dtype=settings.dtype,
-                      trust_remote_code=settings.trust_remote_code,
+                      trust_remote_code=settings.trust_remote_code, backend=settings.backend,
                       progress=lambda msg, frac: loop.call_soon_threadsafe(report, msg, frac))
             completer = Completer(lm, engine=Engine(StepHook(lm, self._before_step, self._after_step)),
                                   settings=self.settings.completer_settings())

@@ -42,6 +42,7 @@ class Settings:
     model: str = "default"  # default | qwen2.5-coder-0.5b | tiny-random | FILE.gguf | DIR | hub id
     device: str = "auto"  # auto | cpu | cuda | cuda:N
     dtype: str = "auto"  # auto | float32 | bfloat16 | float16
+    backend: str = "auto"  # auto | torch | llama.cpp (lsp_server/model.py choose_backend)
     trust_remote_code: bool = False  # let a model directory's own Python code run
     # -- decoding ------------------------------------------------------------------------
     drafter: str = "ngram"  # one of DRAFTERS: none | ngram | model | hybrid
@@ -66,7 +67,7 @@ class Settings:
     debug_fail_forward: bool = False  # every model pass raises a simulated out-of-memory error after running
     debug_load_delay_s: float = 0.0  # sleep on the worker before the model loads (tests make loading slow; 0 ends it)
 
-    MODEL_KEYS = ("model", "device", "dtype", "trust_remote_code")
+    MODEL_KEYS = ("model", "device", "dtype", "backend", "trust_remote_code")
 
     def model_key(self) -> tuple:
         return tuple(getattr(self, k) for k in self.MODEL_KEYS)
@@ -162,6 +163,7 @@ class Settings:
             ("load_wait_s", 0 <= self.load_wait_s <= 86_400, "in [0, 86400]"),
             ("debug_load_delay_s", 0 <= self.debug_load_delay_s <= 86_400, "in [0, 86400]"),
             ("model", bool(self.model.strip()), "a non-empty model spec"),
+            ("backend", self.backend in ("auto", "torch", "llama.cpp"), "auto, torch or llama.cpp"),
         ]
         for name, ok, want in checks:
             if not ok:
@@ -178,7 +180,7 @@ _CLI_NEGATED = {"multiline": "single_line", "adaptive": "no_adaptive", "idle_pre
 
 
 _TYPES = {
-    "model": str, "device": str, "dtype": str, "drafter": str, "draft_model": str,
+    "model": str, "device": str, "dtype": str, "backend": str, "drafter": str, "draft_model": str,
     "trust_remote_code": bool, "multiline": bool, "adaptive": bool, "idle_prefill": bool, "debug_hooks": bool,
     "debug_notify_steps": bool, "debug_documents": bool, "debug_fail_forward": bool,
     "max_tokens": int, "draft_max": int, "top_k": int, "seed": (int, type(None)),

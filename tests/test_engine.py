@@ -17,9 +17,15 @@ from lsp_server.engine import DecodeOptions, Engine
 from lsp_server.tiny import tiny_random
 
 
-@pytest.fixture(scope="module")
-def lm():
-    return tiny_random()
+@pytest.fixture(scope="module", params=["torch", "llama.cpp"])
+def lm(request):
+    """tiny-random on each backend (llama.cpp: the same weights as a GGUF, lsp_server/tiny_gguf.py)."""
+    if request.param == "torch":
+        return tiny_random()
+    pytest.importorskip("llama_cpp")
+    from lsp_server.model import load
+
+    return load("tiny-random", backend="llama.cpp")
 
 
 class ListDrafter:

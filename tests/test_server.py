@@ -9,6 +9,7 @@ with what `Completer.complete` returns in-process for the same snapshot.
 from __future__ import annotations
 
 import asyncio
+import os
 import sys
 import uuid
 
@@ -140,6 +141,8 @@ async def test_model_load_reported_with_progress_and_stats_name_the_model(client
     assert isinstance(reports[-1], types.WorkDoneProgressEnd) and reports[-1].message == "ready"
     s = await stats(client)
     assert s["model_state"] == "ready" and s["model"] == "tiny-random" and s["device"] == "cpu"
+    # tiny-random runs on torch unless the run chose a backend (tests/test_backend_e2e.py: llama.cpp)
+    assert s["backend"] == (os.environ.get("DITTO_BACKEND") or "torch")
 
 
 # -- completion ---------------------------------------------------------------------------------

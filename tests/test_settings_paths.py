@@ -40,6 +40,7 @@ CHANGED = {
     "model": (["--model", "tiny-random"], "tiny-random"),
     "device": (["--device", "cpu"], "cpu"),
     "dtype": (["--dtype", "bfloat16"], "bfloat16"),
+    "backend": (["--backend", "llama.cpp"], "llama.cpp"),
     "trust_remote_code": (["--trust-remote-code"], True),
     "drafter": (["--drafter", "hybrid"], "hybrid"),
     "draft_model": (["--draft-model", "qwen2.5-coder-1.5b"], "qwen2.5-coder-1.5b"),

@@ -29,7 +29,8 @@ def configure(p: argparse.ArgumentParser) -> None:
                    help="session: several tasks of one file in sequence with one cache, typed like a person "
                         "(moves, keystrokes, Enter)")
     p.add_argument("--systems", default=None,
-                   help="comma-separated; completion: off,ngram,oracle,hf-greedy,hf-prompt-lookup (default all); "
+                   help="comma-separated; completion: off,ngram,oracle,hf-greedy,hf-prompt-lookup (default all; hf-* "
+                        "only on --backend torch); "
                         "keystroke and session: off|ngram, each optionally -noreuse (default ngram,ngram-noreuse)")
     p.add_argument("--since", default=None, help="only commits after this date (git log --since)")
     p.add_argument("--max-tasks", type=int, default=50, help="tasks at most (session mode: over all sessions)")
@@ -67,7 +68,7 @@ def _versions() -> dict:
     from importlib import metadata
 
     out = {"python": platform.python_version()}
-    for pkg in ("torch", "transformers", "ditto-lsp"):
+    for pkg in ("torch", "transformers", "llama-cpp-python", "ditto-lsp"):
         try:
             out[pkg] = metadata.version(pkg)
         except metadata.PackageNotFoundError:
@@ -97,6 +98,7 @@ def _machine(lm) -> dict:
     gpu = torch.cuda.get_device_name(device) if device.startswith("cuda") else None
     cores = os.cpu_count()
     return {"cpu": cpu, "cores": cores, "gpu": gpu, "platform": platform.platform(), "torch_threads": torch.get_num_threads(),
+            "backend_threads": lm.describe().get("threads", torch.get_num_threads()),
             "summary": f"{gpu or cpu}, {cores} cores"}
 
 
@@ -142,6 +144,13 @@ def run(args) -> int:
         print(f"{len(h.tasks)} tasks ({h.candidates} candidates in {h.commits_scanned} commits; skipped {h.commits_skipped})",
               file=sys.stderr)
     lm = load_model(args)
+    if lm.describe()["backend"] != "torch":
+        # hf-* run transformers' generate: they exist on the torch backend only.
+        hf = [x for x in systems if x.startswith("hf-")]
+        if hf and args.systems:
+            raise SystemExit(f"ditto-lsp: error: {', '.join(hf)} need --backend torch (this model runs on "
+                             f"{lm.describe()['backend']})")
+        systems = [x for x in systems if not x.startswith("hf-")]
 
     from ..completer import Completer, CompleterSettings
     from . import metrics, report

@@ -9,7 +9,7 @@
  *    serverArgs (changing them restarts the server), trace.server (languageclient's own);
  *  - server settings: sent as `initializationOptions` and, on change, as
  *    `workspace/didChangeConfiguration` `{settings: {ditto: {...}}}`. The server accepts
- *    camelCase names and reloads the model when `model`/`device`/`dtype` change.
+ *    camelCase names and reloads the model when `model`/`device`/`dtype`/`backend` change.
  *
  * The server settings are the server's Settings fields (lsp_server/settings.py), camelCase.
  * tests/test_settings_paths.py checks package.json's `ditto.*` properties against those
@@ -31,6 +31,7 @@ export interface DittoSettings {
   idlePrefill: boolean;
   device: string;
   dtype: string;
+  backend: string;
   trustRemoteCode: boolean;
   maxTokens: number;
   draftMax: number;
@@ -58,6 +59,7 @@ export const DEFAULTS: DittoSettings = {
   idlePrefill: true,
   device: "auto",
   dtype: "auto",
+  backend: "auto",
   trustRemoteCode: false,
   maxTokens: 64,
   draftMax: 8,
@@ -79,6 +81,7 @@ export const SERVER_KEYS = [
   "idlePrefill",
   "device",
   "dtype",
+  "backend",
   "trustRemoteCode",
   "maxTokens",
   "draftMax",
@@ -128,6 +131,7 @@ export function readSettings(get: Getter): DittoSettings {
     idlePrefill: bool(get("idlePrefill"), DEFAULTS.idlePrefill),
     device: str(get("device"), DEFAULTS.device),
     dtype: str(get("dtype"), DEFAULTS.dtype),
+    backend: str(get("backend"), DEFAULTS.backend),
     trustRemoteCode: bool(get("trustRemoteCode"), DEFAULTS.trustRemoteCode),
     maxTokens: num(get("maxTokens"), DEFAULTS.maxTokens, 1, true),
     draftMax: num(get("draftMax"), DEFAULTS.draftMax, 0, true),

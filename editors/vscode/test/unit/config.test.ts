@@ -32,6 +32,7 @@ test("settings become flat camelCase initializationOptions, client-only keys lef
     idlePrefill: true,
     device: "auto",
     dtype: "auto",
+    backend: "auto",
     trustRemoteCode: false,
     maxTokens: 32,
     draftMax: 8,

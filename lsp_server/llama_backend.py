@@ -1,0 +1,504 @@
+"""The llama.cpp backend: GGUF models run as they are (quantised), through llama-cpp-python.
+
+Implements the interface of lsp_server/backend.py over llama-cpp-python's low-level API
+(one `llama_context`, no `Llama` object):
+
+- Caches are sequences. The context holds `slots` KV streams of `slot_tokens` cells each
+  (`kv_unified = false`: every sequence id has a stream of its own). A cache handle is
+  given a slot when it is first run; when every slot is taken, the least recently used
+  other handle is swapped out: its KV bytes are copied out with `llama_state_seq_get_data`
+  and copied back into a free slot when it is run again (a memory copy, not a recompute).
+  So the engine's per-document caches and its LRU bounds (lsp_server/engine.py) hold as on
+  the torch path, and the KV memory llama.cpp allocates stays `slots * slot_tokens`.
+  `crop(cache, keep)` is `llama_memory_seq_rm(seq, keep, -1)`; `release` clears the stream.
+- Exactness (docs/backends.md): llama.cpp's passes are not batch-invariant on a CPU (the
+  logits of a token differ with how many rows share its pass). So a forward that asks for
+  the logits of `last > 1` rows (a verify pass) runs those rows one token per pass, the
+  same pass shape as plain decoding; the cells of a sequence are its positions in its own
+  stream, whatever else the context holds. A verified draft therefore computes exactly
+  what plain decoding computes, and the measured T(n) tells the speculation policy what
+  drafting costs on this backend.
+- Text side: llama.cpp's own tokenizer from the GGUF (special tokens in text are parsed
+  as the torch backend's tokenizer parses them); FIM tokens and stop ids are read from
+  the GGUF's vocabulary (lsp_server/backend.py).
+
+Loading: a packaged model (joined once into one GGUF by lsp_server/packaged.py, then read
+in place), a `.gguf` path, `ollama:NAME[:TAG]` (lsp_server/ollama.py) or `tiny-random`
+(written as a GGUF by lsp_server/tiny_gguf.py). llama.cpp's log goes to `logging` (debug),
+never to stdout. Threads: $DITTO_LLAMA_THREADS, else torch's thread count (which follows
+OMP_NUM_THREADS). Sizes: $DITTO_LLAMA_SLOTS (default 3), $DITTO_LLAMA_CTX (tokens per
+document, default 4096, at most the model's trained context).
+Left out on purpose: decoding (engine.py), prompts (context.py).
+"""
+
+from __future__ import annotations
+
+import collections
+import ctypes
+import itertools
+import logging
+import os
+import tempfile
+import threading
+import weakref
+from pathlib import Path
+from typing import Sequence
+
+import numpy as np
+import torch
+
+from .backend import ModelError, Progress, find_fim_tokens, stop_token_ids
+
+log = logging.getLogger(__name__)
+
+INSTALL = "llama-cpp-python==0.3.36"
+_NO_LIBRARY = (f"the llama.cpp backend needs llama-cpp-python: run `.venv/bin/pip install {INSTALL}` "
+               "(it builds from source once, about 20 minutes on 2 cores; pip caches the wheel), or use --backend torch")
+
+
+def available() -> bool:
+    """True if llama-cpp-python is installed (without loading its shared library)."""
+    import importlib.util
+
+    return importlib.util.find_spec("llama_cpp") is not None
+
+
+def _lib():
+    try:
+        import llama_cpp
+    except (ImportError, OSError, RuntimeError) as err:  # not installed, or its shared library fails to load
+        detail = "" if isinstance(err, ModuleNotFoundError) else f" ({str(err).splitlines()[0] if str(err) else type(err).__name__})"
+        raise ModelError(_NO_LIBRARY + detail) from None
+    _route_log(llama_cpp)
+    return llama_cpp
+
+
+# -- llama.cpp's log -> logging (and the last lines, to explain a failed load) ---------------
+
+_LOG_TAIL: collections.deque[str] = collections.deque(maxlen=40)
+_LOG_CALLBACK = None
+_LEVELS = {2: logging.DEBUG, 3: logging.WARNING, 4: logging.ERROR}  # ggml INFO, WARN, ERROR
+
+
+def _route_log(llama_cpp) -> None:
+    global _LOG_CALLBACK
+    if _LOG_CALLBACK is not None:
+        return
+
+    @llama_cpp.llama_log_callback
+    def callback(level, text, _user):
+        line = text.decode("utf-8", "replace").rstrip() if text else ""
+        if line:
+            _LOG_TAIL.append(line)
+            # llama.cpp reports at WARN what Ditto handles itself; keep its chatter at debug.
+            log.debug("llama.cpp: %s", line) if level != 4 else log.info("llama.cpp: %s", line)
+
+    _LOG_CALLBACK = callback  # keep a reference: llama.cpp calls it from C
+    llama_cpp.llama_log_set(callback, ctypes.c_void_p(0))
+
+
+# -- a cache handle ---------------------------------------------------------------------------
+
+
+class LlamaCache:
+    """One sequence: `n` tokens at positions 0..n-1, resident in `slot` or swapped out to `saved`."""
+
+    __slots__ = ("n", "slot", "saved", "used", "__weakref__")
+
+    def __init__(self):
+        self.n = 0
+        self.slot: int | None = None
+        self.saved = None  # ctypes byte array from llama_state_seq_get_data while swapped out
+        self.used = 0
+
+    def get_seq_length(self) -> int:
+        """Tokens held (the name transformers' caches use, so tests read both alike)."""
+        return self.n
+
+    def __repr__(self) -> str:
+        where = f"slot {self.slot}" if self.slot is not None else ("swapped out" if self.saved is not None else "empty")
+        return f"LlamaCache({self.n} tokens, {where})"
+
+
+class _Native:
+    """The llama.cpp objects of one loaded model, freed once when nothing refers to them."""
+
+    def __init__(self, L):
+        self.L, self.model, self.ctx, self.batch = L, None, None, None
+
+    def free(self) -> None:
+        L = self.L
+        if self.batch is not None:
+            L.llama_batch_free(self.batch)
+            self.batch = None
+        if self.ctx:
+            L.llama_free(self.ctx)
+            self.ctx = None
+        if self.model:
+            L.llama_model_free(self.model)
+            self.model = None
+
+    def __del__(self):
+        try:
+            self.free()
+        except Exception:  # interpreter shutdown: the library may be gone already
+            pass
+
+
+class ContextFull(RuntimeError):
+    """A sequence would grow past the tokens one slot holds."""
+
+
+class LlamaModel:
+    """A GGUF model in llama.cpp behind the backend interface (lsp_server/backend.py)."""
+
+    kind = "llama.cpp"
+
+    def __init__(self, spec: str, name: str, path: Path, *, threads: int | None = None, slots: int | None = None,
+                 slot_tokens: int | None = None, gpu: bool = False):
+        L = _lib()
+        self._L = L
+        self.spec, self.name, self.path = spec, name, Path(path)
+        self.load_seconds = 0.0
+        self.threads = max(1, int(threads or os.environ.get("DITTO_LLAMA_THREADS") or torch.get_num_threads()))
+        self.gpu = gpu
+        self._native = _Native(L)  # owns the C objects; shared by copies of this object
+        self._model = self._ctx = None
+        mp = L.llama_model_default_params()
+        mp.n_gpu_layers = -1 if gpu else 0
+        extra = os.environ.get("DITTO_LLAMA_EXTRA_BUFFERS")
+        if extra == "0" or (extra is None and _built_with_amx(L)):
+            mp.use_extra_bufts = False  # no repacked / AMX weight layouts (see _built_with_amx)
+        _LOG_TAIL.clear()
+        self._model = self._native.model = L.llama_model_load_from_file(str(self.path).encode(), mp)
+        if not self._model:
+            raise _load_error(self.path, list(_LOG_TAIL))
+        self._vocab = L.llama_model_get_vocab(self._model)
+        n_train = int(L.llama_model_n_ctx_train(self._model)) or 4096
+        self.slots = max(1, int(slots or os.environ.get("DITTO_LLAMA_SLOTS") or 3))
+        self.slot_tokens = max(256, min(int(slot_tokens or os.environ.get("DITTO_LLAMA_CTX") or 4096), n_train))
+        cp = L.llama_context_default_params()
+        cp.n_seq_max = self.slots
+        cp.kv_unified = False  # one KV stream per sequence: a sequence's cells are its positions
+        cp.n_ctx = self.slots * self.slot_tokens
+        cp.n_batch = cp.n_ubatch = self.batch = 512
+        cp.n_threads = cp.n_threads_batch = self.threads
+        cp.no_perf = True
+        _LOG_TAIL.clear()
+        self._ctx = self._native.ctx = L.llama_init_from_model(self._model, cp)
+        if not self._ctx:
+            tail = next((l for l in reversed(_LOG_TAIL) if l.strip()), "no reason given")
+            raise ModelError(f"llama.cpp could not make a context for {self.name} ({tail}): "
+                             f"lower DITTO_LLAMA_SLOTS or DITTO_LLAMA_CTX, or free memory")
+        self.slot_tokens = int(L.llama_n_ctx_seq(self._ctx)) or self.slot_tokens
+        self._mem = L.llama_get_memory(self._ctx)
+        self._batch = self._native.batch = L.llama_batch_init(self.batch, 0, 1)
+        self._tokens = np.ctypeslib.as_array(self._batch.token, shape=(self.batch,))
+        self._pos = np.ctypeslib.as_array(self._batch.pos, shape=(self.batch,))
+        self._nseq = np.ctypeslib.as_array(self._batch.n_seq_id, shape=(self.batch,))
+        self._want = np.ctypeslib.as_array(self._batch.logits, shape=(self.batch,))
+        self._seq_of = [None] * self.batch  # the slot batch.seq_id[i][0] holds now
+        self._slots: list[weakref.ref | None] = [None] * self.slots
+        self._clock = itertools.count(1)
+        self._lock = threading.RLock()
+
+        n = int(L.llama_vocab_n_tokens(self._vocab))
+        self.vocab_size = n
+        texts = [L.llama_vocab_get_text(self._vocab, i) for i in range(n)]
+        self._vocabulary = {}
+        for i, t in enumerate(texts):
+            self._vocabulary.setdefault((t or b"").decode("utf-8", "replace"), i)
+        self.fim = find_fim_tokens(self._vocabulary)
+        eos = [int(L.llama_vocab_eos(self._vocab)), int(L.llama_vocab_eot(self._vocab))]
+        self.stop_ids = stop_token_ids(self._vocabulary, [t for t in eos if t >= 0], self.fim)
+        self.dtype = _file_type(L, self._model)
+
+    def close(self) -> None:
+        """Free the context and the weights now (otherwise when the last reference goes)."""
+        native = getattr(self, "_native", None)
+        if native is not None:
+            native.free()
+
+    def describe(self) -> dict:
+        return {"backend": self.kind, "device": "gpu" if self.gpu else "cpu", "dtype": self.dtype,
+                "threads": self.threads}
+
+    # -- text side ---------------------------------------------------------------------
+    def encode(self, text: str) -> list[int]:
+        data = text.encode("utf-8")
+        if not data:
+            return []
+        size = len(data) + 8
+        while True:
+            buf = (ctypes.c_int32 * size)()
+            n = self._L.llama_tokenize(self._vocab, data, len(data), buf, size, False, True)
+            if n >= 0:
+                return list(buf[:n])
+            size = -n
+
+    def decode(self, ids: Sequence[int]) -> str:
+        ids = [int(t) for t in ids]
+        if not ids:
+            return ""
+        arr = (ctypes.c_int32 * len(ids))(*ids)
+        size = 16 * len(ids) + 16
+        while True:
+            buf = ctypes.create_string_buffer(size)
+            n = self._L.llama_detokenize(self._vocab, arr, len(ids), buf, size, False, True)
+            if n >= 0:
+                return buf.raw[:n].decode("utf-8", "replace")
+            size = -n
+
+    def token_text(self, tid: int) -> str:
+        return self.decode([tid])
+
+    def vocabulary(self) -> dict[str, int]:
+        return dict(self._vocabulary)
+
+    def special_ids(self) -> dict[str, int | None]:
+        L, v = self._L, self._vocab
+        # bos only where the tokenizer adds it: a transformers tokenizer that adds none reports none.
+        bos = L.llama_vocab_bos(v) if L.llama_vocab_get_add_bos(v) else None
+        ids = {"eos_token_id": L.llama_vocab_eos(v), "bos_token_id": bos,
+               "pad_token_id": L.llama_vocab_pad(v), "unk_token_id": None}
+        return {k: (int(t) if t is not None and t >= 0 else None) for k, t in ids.items()}
+
+    # -- tensor side -------------------------------------------------------------------
+    def new_cache(self) -> LlamaCache:
+        return LlamaCache()
+
+    def forward(self, ids: Sequence[int], cache: LlamaCache, last: int) -> torch.Tensor:
+        """Run `ids` (new tokens after what `cache` holds); float32 logits [last, vocab] of the last rows.
+
+        Rows of a multi-row request run one token per pass (see the module docstring).
+        """
+        ids = [int(t) for t in ids]
+        if not 1 <= last <= len(ids):
+            raise ValueError(f"last must be in 1..{len(ids)}, got {last}")
+        with self._lock:
+            if cache.n + len(ids) > self.slot_tokens:
+                raise ContextFull(f"a sequence of {cache.n + len(ids)} tokens does not fit the llama.cpp context of "
+                                  f"{self.slot_tokens} tokens per document: lower the prompt budget or raise DITTO_LLAMA_CTX")
+            slot = self._resident(cache)
+            if last == 1:
+                return torch.from_numpy(self._run(ids, cache, slot, True)[None, :])
+            head = len(ids) - last
+            if head:
+                self._run(ids[:head], cache, slot, False)
+            rows = [self._run([t], cache, slot, True) for t in ids[head:]]
+            return torch.from_numpy(np.stack(rows))
+
+    def _run(self, ids: list[int], cache: LlamaCache, slot: int, logits: bool):
+        """Decode `ids` into `slot` after cache.n (in passes of at most `batch` tokens); the last row's logits."""
+        L = self._L
+        out = None
+        for start in range(0, len(ids), self.batch):
+            chunk = ids[start : start + self.batch]
+            n = len(chunk)
+            self._tokens[:n] = chunk
+            self._pos[:n] = np.arange(cache.n, cache.n + n, dtype=np.int32)
+            self._nseq[:n] = 1
+            self._want[:n] = 0
+            end = start + n == len(ids)
+            if logits and end:
+                self._want[n - 1] = 1
+            for i in range(n):
+                if self._seq_of[i] != slot:
+                    self._batch.seq_id[i][0] = slot
+                    self._seq_of[i] = slot
+            self._batch.n_tokens = n
+            rc = L.llama_decode(self._ctx, self._batch)
+            if rc != 0:
+                raise RuntimeError(f"llama.cpp decode failed (code {rc}) at position {cache.n} of slot {slot}")
+            cache.n += n
+            if logits and end:
+                ptr = L.llama_get_logits_ith(self._ctx, n - 1)
+                out = np.ctypeslib.as_array(ptr, shape=(self.vocab_size,)).copy()
+        return out
+
+    def crop(self, cache: LlamaCache, keep: int) -> None:
+        with self._lock:
+            keep = max(0, int(keep))
+            if keep >= cache.n:
+                return
+            cache.n = keep
+            if cache.slot is not None:
+                self._L.llama_memory_seq_rm(self._mem, cache.slot, keep, -1)
+            elif keep == 0:
+                cache.saved = None
+            # else: swapped out; the rest is dropped when it is copied back (_resident)
+
+    def release(self, cache: LlamaCache) -> None:
+        with self._lock:
+            if cache.slot is not None and self._native.ctx:
+                self._L.llama_memory_seq_rm(self._mem, cache.slot, -1, -1)
+                self._slots[cache.slot] = None
+            cache.slot, cache.saved, cache.n = None, None, 0
+
+    # -- slots -----------------------------------------------------------------------------
+    def _resident(self, cache: LlamaCache) -> int:
+        """The slot holding `cache`, copying it back in (and another one out) if needed."""
+        cache.used = next(self._clock)
+        if cache.slot is not None:
+            return cache.slot
+        L = self._L
+        slot = self._free_slot()
+        if cache.saved is not None:
+            data, cache.saved = cache.saved, None
+            if not L.llama_state_seq_set_data(self._ctx, data, len(data), slot):
+                L.llama_memory_seq_rm(self._mem, slot, -1, -1)
+                raise RuntimeError(f"llama.cpp could not restore a swapped-out sequence into slot {slot}")
+            L.llama_memory_seq_rm(self._mem, slot, cache.n, -1)  # crops made while it was out
+        elif cache.n:
+            raise RuntimeError("a llama.cpp cache lost its tokens (released, then used again?)")
+        cache.slot = slot
+        self._slots[slot] = weakref.ref(cache)
+        return slot
+
+    def _free_slot(self) -> int:
+        L = self._L
+        lru, lru_slot = None, -1
+        for slot, ref in enumerate(self._slots):
+            holder = ref() if ref is not None else None
+            if holder is None or holder.slot != slot:
+                if ref is not None:  # its handle was dropped without release()
+                    L.llama_memory_seq_rm(self._mem, slot, -1, -1)
+                self._slots[slot] = None
+                return slot
+            if lru is None or holder.used < lru.used:
+                lru, lru_slot = holder, slot
+        # Every slot is taken: swap the least recently used sequence out to host memory.
+        size = int(L.llama_state_seq_get_size(self._ctx, lru_slot))
+        data = (ctypes.c_uint8 * size)()
+        got = int(L.llama_state_seq_get_data(self._ctx, data, size, lru_slot))
+        L.llama_memory_seq_rm(self._mem, lru_slot, -1, -1)
+        lru.slot, lru.saved = None, (data if got else None)
+        if not got:
+            lru.n = 0
+            log.warning("llama.cpp could not save a sequence of slot %d; it will be recomputed", lru_slot)
+        self._slots[lru_slot] = None
+        return lru_slot
+
+
+_AMX_WARNED = []
+
+
+def _built_with_amx(L) -> bool:
+    """True if llama.cpp's CPU library was compiled with AMX tile kernels.
+
+    Such a build (pip's default `-march=native` on a CPU that has AMX) died with SIGILL in
+    ggml's AMX matrix product on the first quantised prompt pass on the machine Ditto is
+    developed on (a VM), which kills the server. Ditto then turns the extra weight layouts
+    off (AMX and repacked; slower) unless DITTO_LLAMA_EXTRA_BUFFERS=1; the README's install
+    command builds without AMX and keeps the repacked layouts.
+    """
+    import glob
+
+    libdir = Path(L.__file__).parent / "lib"
+    for path in sorted(glob.glob(str(libdir / "libggml-cpu*.so*")) + glob.glob(str(libdir / "libggml-cpu*.dylib"))):
+        try:
+            fn = ctypes.CDLL(path).ggml_cpu_has_amx_int8
+        except (OSError, AttributeError):
+            continue
+        fn.restype = ctypes.c_int
+        amx = bool(fn())
+        if amx and not _AMX_WARNED:
+            _AMX_WARNED.append(True)
+            log.warning("this llama-cpp-python build has AMX kernels, which crashed on the CPU this was developed on: "
+                        "running without extra weight layouts (slower); reinstall it as the README says, or set "
+                        "DITTO_LLAMA_EXTRA_BUFFERS=1 to use them")
+        return amx
+    return False
+
+
+def _file_type(L, model) -> str:
+    buf = ctypes.create_string_buffer(64)
+    n = L.llama_model_meta_val_str(model, b"general.file_type", buf, 64)
+    try:
+        import gguf
+
+        ft = int(buf.value) if n > 0 else None
+        return gguf.LlamaFileType(ft).name.removeprefix("MOSTLY_").removeprefix("ALL_") if ft is not None else "gguf"
+    except (ValueError, ImportError):
+        return "gguf"
+
+
+def _architecture(path: Path) -> str | None:
+    """general.architecture of a GGUF file, read with the gguf library; None if unreadable."""
+    try:
+        import gguf
+
+        reader = gguf.GGUFReader(str(path))
+        field = reader.fields.get("general.architecture")
+        return str(field.contents()) if field is not None else None
+    except Exception:  # a corrupt file raises many kinds
+        return None
+
+
+def _load_error(path: Path, tail: list[str]) -> ModelError:
+    text = " | ".join(tail)
+    if "unknown model architecture" in text:
+        arch = _architecture(path) or "?"
+        return ModelError(f"{path.name}: llama.cpp does not support the architecture {arch!r}: "
+                          f"use a model it runs (e.g. Qwen2.5-Coder), or --backend torch if transformers knows it")
+    reason = next((l.split("error loading model:")[-1].strip() for l in reversed(tail) if "error" in l.lower()),
+                  tail[-1] if tail else "no reason given")
+    return ModelError(f"cannot read GGUF {path}: {reason}: the file is incomplete or corrupt; "
+                      f"get it again (a packaged model: `ditto-lsp models pull NAME --force`)")
+
+
+def check_gguf_file(path: Path) -> None:
+    """ModelError (one line) unless `path` is a readable file that starts like a GGUF."""
+    if not path.is_file():
+        raise ModelError(f"model file {str(path)!r} does not exist: give the path of a .gguf file")
+    try:
+        with open(path, "rb") as f:
+            magic = f.read(4)
+    except OSError as err:
+        raise ModelError(f"cannot read {path}: {err.strerror}: check its permissions") from None
+    if magic != b"GGUF":
+        raise ModelError(f"{path} is not a GGUF file (it does not start with the GGUF magic): "
+                         f"it is corrupt or of another format; get it again")
+
+
+# ------------------------------------------------------------------------------------------
+# Loading
+# ------------------------------------------------------------------------------------------
+
+
+def load(spec: str, *, device: str | None = None, say: Progress | None = None) -> LlamaModel:
+    """Load a GGUF-backed spec on llama.cpp (see lsp_server/model.py for the specs)."""
+    from .ollama import OLLAMA_PREFIX, check_fim, resolve as resolve_ollama
+    from .packaged import PACKAGED, TINY, packaged_gguf
+
+    say = say or (lambda msg, frac: None)
+    L = _lib()
+    gpu = bool(device and device not in ("auto", "cpu"))
+    if gpu and not L.llama_supports_gpu_offload():
+        raise ModelError(f"device {device!r} asked for, but this llama-cpp-python build runs on the CPU only: "
+                         f"use --device cpu, or --backend torch for the GPU")
+    if spec == TINY:
+        from .tiny_gguf import write_tiny_gguf
+
+        with tempfile.TemporaryDirectory(prefix="ditto-tiny-") as tmp:
+            path = write_tiny_gguf(Path(tmp) / "tiny-random.gguf")
+            return LlamaModel(spec, TINY, path, gpu=gpu)  # the weights are read into memory at load
+    if spec in PACKAGED:
+        pm = PACKAGED[spec]
+        path = packaged_gguf(pm, say)
+        say(f"loading {pm.title} (llama.cpp)", None)
+        return LlamaModel(spec, pm.name, path, gpu=gpu)
+    if spec.startswith(OLLAMA_PREFIX):
+        blob, name = resolve_ollama(spec, say)
+        check_gguf_file(blob)
+        say(f"loading {name} from Ollama's store (llama.cpp)", None)
+        lm = LlamaModel(spec, name, blob, gpu=gpu)
+        check_fim(lm, name)
+        return lm
+    path = Path(spec).expanduser()
+    if spec.endswith(".gguf") or path.is_file():
+        check_gguf_file(path)
+        say(f"loading {path.name} (llama.cpp)", None)
+        return LlamaModel(spec, path.stem, path, gpu=gpu)
+    raise ModelError(f"the llama.cpp backend runs GGUF files, and {spec!r} is none: give a packaged model, a .gguf "
+                     f"file or ollama:NAME, or use --backend torch")
