@@ -195,6 +195,8 @@ def run(args) -> int:
             signal.signal(sig, handler)
     meta.update({"tasks_run": len(done_tasks), "partial": partial, "stopped": stopped,
                  "wall_s": round(time.time() - started, 1)})
+    if completer.engine.speculation is not None:  # the policy's live estimates at the end (learned costs, rates)
+        meta["speculation"] = completer.engine.speculation.snapshot()
     hybrid = next(iter(completer.hybrids()), None)
     if hybrid is not None:
         st = hybrid.stats
