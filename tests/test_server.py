@@ -367,4 +367,4 @@ async def test_stats_report_latency_acceptance_and_tokens_per_pass(client):
     # The speculation policy's live estimates: pass costs learned from the passes run so far.
     sp = s["speculation"]
     assert sp["learning_costs"] and sum(sp["passes_timed"].values()) >= 1
-    assert set(sp["costs_ms"]) >= {"1"} and all(v > 0 for v in sp["costs_ms"].values())
+    assert len(sp["costs_ms"]) >= 2 and all(v > 0 for v in sp["costs_ms"].values())  # T(n) at every measured n
