@@ -118,6 +118,7 @@ class Run:
     accepted_at: list[int]
     stop_reason: str
     steps: dict | None = None  # target passes by draft source: {"ngram": n, "model": n, "plain": n}
+    rounds: list | None = None  # per target pass: [match_len, offered, verified, accepted, ms] (Ditto systems)
 
     def as_dict(self) -> dict:
         from dataclasses import asdict
@@ -157,7 +158,8 @@ def run_ditto(completer, task, system: str, options, cache_key: str | None, refe
     run = Run(sug.text, list(sug.completion.tokens), s.generated, sug.latency_ms, s.prefill_ms, s.decode_ms,
               s.prefill_tokens, s.reused_tokens, len(sug.prompt.ids), s.target_passes,
               s.drafted, s.accepted, list(s.drafted_at), list(s.accepted_at), s.stop_reason,
-              steps_by_source(sug.completion.rounds))
+              steps_by_source(sug.completion.rounds),
+              [[r.match_len, r.offered, len(r.proposed), r.accepted, r.ms] for r in sug.completion.rounds])
     return run, sug
 
 
