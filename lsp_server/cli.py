@@ -29,7 +29,7 @@ def add_model_args(p: argparse.ArgumentParser) -> None:
     g = p.add_argument_group("model")
     g.add_argument("--model", default=Settings.model, metavar="SPEC",
                    help="default | qwen2.5-coder-0.5b | qwen2.5-coder-1.5b | tiny-random | FILE.gguf | ollama:NAME[:TAG] | "
-                        "DIR | hub id")
+                        "DIR | hub id | http[s]://HOST:PORT/v1#NAME (a remote engine, docs/team.md)")
     g.add_argument("--backend", default=os.environ.get("DITTO_BACKEND") or Settings.backend,
                    choices=["auto", "torch", "llama.cpp"],
                    help="where the model runs: llama.cpp (GGUF as it is, CPU), torch (transformers; GPU or float32), "
@@ -40,6 +40,10 @@ def add_model_args(p: argparse.ArgumentParser) -> None:
                    help="auto (bf16 on CUDA, float32 on CPU), float32, bfloat16, float16")
     g.add_argument("--trust-remote-code", action="store_true",
                    help="allow a model directory's own Python code to run (off by default)")
+    g.add_argument("--remote", default=None, metavar="JSON",
+                   help='transport of a remote engine (--model http://HOST:PORT/v1#NAME): JSON like '
+                        '{"headers": {"Authorization": "Bearer ${DITTO_TOKEN}"}, "caFile": "ca.pem", "body": {...}}; '
+                        'see docs/team.md')
 
 
 def add_decode_args(p: argparse.ArgumentParser) -> None:
@@ -97,9 +101,22 @@ def load_model(args, quiet: bool = False):
 
     try:
         return load(args.model, device=args.device, dtype=args.dtype, trust_remote_code=args.trust_remote_code,
-                    backend=getattr(args, "backend", "auto"), progress=stderr_progress(quiet))
+                    backend=getattr(args, "backend", "auto"), progress=stderr_progress(quiet),
+                    remote=remote_arg(args))
     except ModelError as err:
         raise SystemExit(f"ditto-lsp: {err}") from None
+
+
+def remote_arg(args) -> dict:
+    """--remote JSON, checked as the `remote` setting is."""
+    from .settings import Settings, SettingsError
+
+    if not getattr(args, "remote", None):
+        return {}
+    try:
+        return Settings().merged({"remote": json.loads(args.remote)}).remote
+    except ValueError as err:  # SettingsError, or JSON that does not parse
+        raise SystemExit(f"ditto-lsp: error: --remote: {err}") from None
 
 
 def parse_position(spec: str) -> tuple[Path, int, int]:
@@ -138,7 +155,7 @@ def prepare_completion(args):
                                                          draft_model=args.draft_model))
     for other in args.open or []:
         completer.set_buffer(str(other), read_text(Path(other)))
-    if args.drafter != "none" and not getattr(args, "no_adaptive", False):
+    if completer.engine is not None and args.drafter != "none" and not getattr(args, "no_adaptive", False):
         calibrate(completer.engine, lm)  # pass costs for the adaptive draft length (stored after the first run)
     build_drafter(completer, args.drafter)  # after calibrate: the hybrid reuses the engine's pass costs
     return lm, completer, text, line, col, path

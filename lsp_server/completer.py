@@ -2,6 +2,13 @@
 
 Shared by the command line (`ditto-lsp complete`, `trace`, `bench`) and the language
 server, so that what a user reproduces from the terminal is what the editor got.
+
+The Completer builds the prompt, serves type-through, applies the ghost-text stop rules
+and keeps the statistics; only the generation step differs by where the model runs
+(docs/team.md): a `Generator` gets the prompt and a `done(text)` rule and returns the
+generated text. `EngineGenerator` runs Ditto's own Engine (speculative decoding with the
+drafters); lsp_server/remote_backend.py's `RemoteGenerator` streams from an inference
+engine over HTTP and closes the stream once `done` says the suggestion has ended.
 Left out on purpose: LSP types, threads and scheduling (scheduler.py / server.py).
 """
 
@@ -11,6 +18,7 @@ import threading
 import time
 from collections import OrderedDict
 from dataclasses import dataclass, field, replace
+from typing import Callable, Protocol
 
 from drafters import NGramDrafter
 
@@ -31,6 +39,7 @@ class Suggestion:
     drafter: str
     latency_ms: float
     typethrough: bool = False  # served from the suggestion on screen, without the model
+    notice: str | None = None  # one line for the user (a remote engine failed), set once per problem
 
     def summary(self, model: str) -> dict:
         s = self.completion.stats
@@ -65,12 +74,65 @@ class CompleterSettings:
     budget: ContextBudget = field(default_factory=ContextBudget)
 
 
-class Completer:
-    """Holds the engine and the n-gram index over other open buffers."""
+@dataclass
+class Generated:
+    """What a generation step returns."""
 
-    def __init__(self, lm, engine: Engine | None = None, settings: CompleterSettings | None = None):
+    text: str  # everything generated (before the ghost-text stop rules cut it)
+    completion: Completion  # statistics (and, from the local engine, tokens and rounds)
+    notice: str | None = None  # one line for the user, set once per problem
+
+
+class Generator(Protocol):
+    """The generation step of a completion (see the module docstring)."""
+
+    drafts: bool  # whether it uses Ditto's drafters (and so the n-gram index of the open buffers)
+    engine: Engine | None  # the local engine, None elsewhere
+
+    def generate(self, prompt: Prompt, *, options: DecodeOptions, done: Callable[[str], bool],
+                 drafter=None, cancel: threading.Event | None = None, cache_key: str | None = None) -> Generated: ...
+
+    def forget(self, key: str) -> None: ...
+
+
+class EngineGenerator:
+    """Ditto's own engine: speculative decoding in-process, stopped by `done` between steps."""
+
+    drafts = True
+
+    def __init__(self, engine: Engine):
+        self.engine = engine
+
+    def forget(self, key: str) -> None:
+        self.engine.forget(key)
+
+    def generate(self, prompt: Prompt, *, options: DecodeOptions, done: Callable[[str], bool], drafter=None,
+                 cancel: threading.Event | None = None, cache_key: str | None = None) -> Generated:
+        decode = self.engine.lm.decode
+
+        def stop(out: list[int]) -> int | None:
+            return len(out) if done(decode(out)) else None
+
+        completion = self.engine.generate(prompt.ids, drafter=drafter, options=options, stop=stop, cancel=cancel,
+                                          cache_key=cache_key)
+        return Generated(decode(completion.tokens), completion)
+
+
+class Completer:
+    """Holds the generation step and the n-gram index over other open buffers.
+
+    A model that generates elsewhere (a remote engine) brings its own generator
+    (`lm.generator()`); any other runs on `engine` (default: a new Engine).
+    """
+
+    def __init__(self, lm, engine: Engine | None = None, settings: CompleterSettings | None = None,
+                 generator: Generator | None = None):
         self.lm = lm
-        self.engine = engine or Engine(lm)
+        if generator is None:
+            own = getattr(lm, "generator", None)
+            generator = own() if callable(own) else EngineGenerator(engine or Engine(lm))
+        self.generator = generator
+        self.engine = generator.engine  # None when the model runs elsewhere
         self.settings = settings or CompleterSettings()
         self.ngram = NGramDrafter()
         self._buffers: dict[str, str] = {}
@@ -85,6 +147,8 @@ class Completer:
     def set_buffer(self, name: str, text: str) -> None:
         """Index a buffer for drafting (tokenized now; the index updates incrementally)."""
         self._buffers[name] = text
+        if not self.generator.drafts:
+            return  # only the drafters read the index; the prompt's snippets come from _buffers
         if len(text) > MAX_INDEXED_CHARS:  # tokenizing megabytes per keystroke would stall the worker
             half = MAX_INDEXED_CHARS // 2
             text = text[:half] + "\n" + text[-half:]
@@ -93,7 +157,7 @@ class Completer:
     def forget_buffer(self, name: str) -> None:
         self._buffers.pop(name, None)
         self.ngram.forget_source(name)
-        self.engine.forget(name)
+        self.generator.forget(name)
         self.forget_window(name)
 
     # -- prompt windows (context.py: windows that survive editing) --------------------------
@@ -120,6 +184,8 @@ class Completer:
         buffers), bounded to `settings.history_tokens` tokens, oldest entries dropped, so
         a pattern the user accepted once is proposed again in any file.
         """
+        if not self.generator.drafts:
+            return
         ids = self.lm.encode(text + after)
         if not ids:
             return
@@ -152,7 +218,7 @@ class Completer:
         drafters.model_drafter.TokenizerMismatch (a ValueError).
         """
         name = name or self.settings.drafter
-        if name == "none":
+        if name == "none" or not self.generator.drafts:
             return None
         if name == "ngram":
             return self.ngram
@@ -244,20 +310,19 @@ class Completer:
                 return None
             return generated.lstrip(" \t")  # the model chose other blanks: keep its code, not its blanks
 
-        def stop(out: list[int]) -> int | None:
-            rel = relative(self.lm.decode(out))
-            if rel is None:
-                return None
-            return len(out) if ghost_cut(rel, shown_prompt, multiline) is not None else None
+        def done(generated: str) -> bool:
+            """Whether the ghost-text stop rules have ended the suggestion in `generated`."""
+            rel = relative(generated)
+            return rel is not None and ghost_cut(rel, shown_prompt, multiline) is not None
 
-        completion = self.engine.generate(prompt.ids, drafter=d, options=opts, stop=stop, cancel=cancel,
-                                          cache_key=cache_key)
-        raw = self.lm.decode(completion.tokens)
+        gen = self.generator.generate(prompt, options=opts, done=done, drafter=d, cancel=cancel, cache_key=cache_key)
+        raw, completion = gen.text, gen.completion
         shown = finish(relative(raw) or "", shown_prompt, multiline)
-        if completion.stats.stop_reason == "time" and "\n" in shown:
-            shown = shown[: shown.rfind("\n")]  # out of time: show the complete lines only
-        sug = Suggestion(shown, raw, shown_prompt, completion, drafter_name if d is not None else "none",
-                         (time.perf_counter() - t0) * 1000)
+        if completion.stats.stop_reason in ("time", "interrupted") and "\n" in shown:
+            shown = shown[: shown.rfind("\n")]  # cut short: show the complete lines only
+        label = drafter_name if d is not None else ("none" if self.generator.drafts else "remote")
+        sug = Suggestion(shown, raw, shown_prompt, completion, label, (time.perf_counter() - t0) * 1000,
+                         notice=gen.notice)
         if cache_key is not None:
             self._remember_shown(cache_key, text, line, col, sug)
         return sug
@@ -266,7 +331,7 @@ class Completer:
     def _remember_shown(self, key: str, text: str, line: int, col: int, sug: Suggestion) -> None:
         """Keep what is on screen, keyed by the exact text before and after the cursor."""
         self._shown.pop(key, None)
-        if sug.text and sug.completion.stats.stop_reason != "cancelled":
+        if sug.text and sug.completion.stats.stop_reason not in ("cancelled", "error"):
             before, after = _cut(text, line, col)
             self._shown[key] = (before, after, sug)
             while len(self._shown) > 64:

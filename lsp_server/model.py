@@ -10,7 +10,9 @@ Specs:
 - a path to a ``.gguf`` file;
 - ``ollama:NAME[:TAG]``: the GGUF blob a local Ollama store holds (lsp_server/ollama.py);
 - a local directory or a Hugging Face model id (downloaded by transformers if not cached;
-  ``trust_remote_code`` only when the caller sets it).
+  ``trust_remote_code`` only when the caller sets it);
+- ``http[s]://HOST:PORT/v1#MODEL``: a remote inference engine (lsp_server/remote_backend.py,
+  docs/team.md); `remote` carries its transport settings (headers, TLS, extra body fields).
 
 `backend` says where it runs: ``torch`` (torch + transformers; GGUF is converted once to
 safetensors), ``llama.cpp`` (GGUF read as it is, lsp_server/llama_backend.py) or ``auto``:
@@ -72,13 +74,20 @@ def load(
     trust_remote_code: bool = False,
     backend: str | None = None,
     progress: Progress | None = None,
+    remote: dict | None = None,
 ):
     """Load a model by spec (see the module docstring). Raises ModelError with one line."""
     spec = resolve_spec(spec)
     say = progress or (lambda msg, frac: log.info("%s", msg))
     start = time.monotonic()
-    where = choose_backend(backend, spec, device)
-    if where == "llama.cpp":
+    from .remote_backend import is_remote
+
+    where = "remote" if is_remote(spec) else choose_backend(backend, spec, device)
+    if where == "remote":
+        from .remote_backend import load as load_remote
+
+        lm = load_remote(spec, remote, say)
+    elif where == "llama.cpp":
         from .llama_backend import load as load_llama
 
         lm = load_llama(spec, device=device, say=say)

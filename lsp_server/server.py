@@ -271,8 +271,8 @@ class DittoServer(LanguageServer):
 
     def _warm(self, snap: Snapshot, cancel: threading.Event) -> None:
         completer = self.completer
-        if completer is None or cancel.is_set():
-            return
+        if completer is None or completer.engine is None or cancel.is_set():
+            return  # (no engine: a remote one, which keeps its own prefix cache)
         doc = self.document(snap.uri)
         if doc is None or doc.version != snap.version:
             return  # the document moved on; a newer aim follows
@@ -362,13 +362,15 @@ class DittoServer(LanguageServer):
             self.completer = None
             lm = load(settings.model, device=settings.device, dtype=settings.dtype,
                       trust_remote_code=settings.trust_remote_code, backend=settings.backend,
+                      remote=settings.remote,
                       progress=lambda msg, frac: loop.call_soon_threadsafe(report, msg, frac))
             completer = Completer(lm, engine=Engine(StepHook(lm, self._before_step, self._after_step)),
                                   settings=self.settings.completer_settings())
             # Pass costs for the adaptive draft length, measured on a plain engine (no test hooks).
             from .completer import calibrate
 
-            completer.engine.use_costs(calibrate(Engine(lm), lm, fresh=True))
+            if completer.engine is not None:  # None: a remote engine generates (lsp_server/remote_backend.py)
+                completer.engine.use_costs(calibrate(Engine(lm), lm, fresh=True))
             with self._dirty_lock:
                 self._dirty = {uri: doc.source for uri, doc in self.workspace.text_documents.items()}
             self._apply_dirty(completer)
@@ -588,6 +590,11 @@ class DittoServer(LanguageServer):
         if sug.completion.stats.stop_reason == "cancelled":  # superseded while running
             c.superseded += 1
             return None
+        if sug.completion.stats.stop_reason == "error":  # a remote engine failed: shown once per outage
+            c.errors += 1
+            if sug.notice:
+                self.window_show_message(types.ShowMessageParams(type=types.MessageType.Error, message=sug.notice))
+            return None
         c.completed += 1
         c.typethrough += int(getattr(sug, "typethrough", False))
         c.latencies_ms.append((time.perf_counter() - t0) * 1000)
@@ -632,7 +639,7 @@ class DittoServer(LanguageServer):
             "trace": trace_data(sug.completion, lm.token_text, text=sug.text, model=lm.spec, drafter=sug.drafter),
         }
 
-    def stats(self) -> dict:
+    def stats(self, intervals: bool = False) -> dict:
         c = self.counters
         return {
             "requests": c.requests,
@@ -664,7 +671,12 @@ class DittoServer(LanguageServer):
             "model_state": self.model_state,
             "model_error": self.model_error,
             "speculation": (self.completer.engine.speculation.snapshot()
-                            if self.completer is not None and self.completer.engine.speculation else None),
+                            if self.completer is not None and self.completer.engine is not None
+                            and self.completer.engine.speculation else None),
+            # A remote engine's counts; with {"remoteIntervals": true}, each request's (start, first piece,
+            # end, outcome) in wall-clock seconds (lsp_server/storm.py measures the engine's concurrency).
+            "remote": (self.completer.generator.stats(intervals)
+                       if self.completer is not None and hasattr(self.completer.generator, "stats") else None),
             "worker_busy": self.scheduler.busy,
             "worker_pending": self.scheduler.pending,
             "worker_pending_max": self.scheduler.max_pending,
@@ -844,7 +856,7 @@ def build_server(settings: Settings | None = None) -> DittoServer:
 
     @server.feature(STATS)
     def stats(ls: DittoServer, params):
-        return ls.stats()
+        return ls.stats(intervals=bool(_get(params, "remoteIntervals", default=False)))
 
     @server.feature(TRACE)
     def trace(ls: DittoServer, params):

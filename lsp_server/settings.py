@@ -23,7 +23,8 @@ from __future__ import annotations
 
 import dataclasses
 import re
-from dataclasses import dataclass, fields
+import json
+from dataclasses import dataclass, field, fields
 
 
 DRAFTERS = ("none", "ngram", "model", "hybrid")  # the drafter names; every list of them is this one
@@ -44,6 +45,10 @@ class Settings:
     dtype: str = "auto"  # auto | float32 | bfloat16 | float16
     backend: str = "auto"  # auto | torch | llama.cpp (lsp_server/model.py choose_backend)
     trust_remote_code: bool = False  # let a model directory's own Python code run
+    # A remote engine's transport (model = http[s]://HOST:PORT/v1#NAME; docs/team.md): {"headers": {...}
+    # (never logged; values may use ${DITTO_*} variables), "caFile", "certFile", "keyFile", "body": {extra
+    # request fields}, "connectTimeoutS"}. Not in repr: the headers carry credentials.
+    remote: dict = field(default_factory=dict, repr=False)
     # -- decoding ------------------------------------------------------------------------
     drafter: str = "ngram"  # one of DRAFTERS: none | ngram | model | hybrid
     draft_model: str = "qwen2.5-coder-0.5b"  # model spec of the model / hybrid drafters (same tokenizer as model)
@@ -67,7 +72,7 @@ class Settings:
     debug_fail_forward: bool = False  # every model pass raises a simulated out-of-memory error after running
     debug_load_delay_s: float = 0.0  # sleep on the worker before the model loads (tests make loading slow; 0 ends it)
 
-    MODEL_KEYS = ("model", "device", "dtype", "backend", "trust_remote_code")
+    MODEL_KEYS = ("model", "device", "dtype", "backend", "trust_remote_code", "remote")
 
     def model_key(self) -> tuple:
         return tuple(getattr(self, k) for k in self.MODEL_KEYS)
@@ -110,6 +115,8 @@ class Settings:
         for name in cls.user_keys():
             if name in _CLI_NEGATED:
                 options[name] = not getattr(args, _CLI_NEGATED[name])
+            elif name in _CLI_JSON:
+                options[name] = _json_arg(f"--{name}", getattr(args, name, None))
             else:
                 options[name] = getattr(args, _CLI_DEST.get(name, name))
         if options["time_budget_s"] is None:  # no --time-budget: the server keeps its default budget
@@ -176,6 +183,7 @@ class Settings:
 
 # `serve` argument (argparse dest) of a user key where it is not the key's own name.
 _CLI_DEST = {"time_budget_s": "time_budget"}
+_CLI_JSON = ("remote",)  # a JSON object on the command line
 _CLI_NEGATED = {"multiline": "single_line", "adaptive": "no_adaptive", "idle_prefill": "no_idle_prefill"}  # key = not args.<flag>
 
 
@@ -186,7 +194,17 @@ _TYPES = {
     "max_tokens": int, "draft_max": int, "top_k": int, "seed": (int, type(None)),
     "temperature": float, "top_p": float, "time_budget_s": (float, type(None)), "debug_step_delay_ms": float,
     "load_wait_s": float, "debug_load_delay_s": float,
+    "remote": dict,
 }
+
+
+def _json_arg(flag: str, text: str | None) -> dict:
+    if not text:
+        return {}
+    try:
+        return json.loads(text)
+    except ValueError as err:
+        raise SettingsError(f"{flag} must be a JSON object: {err}") from None
 
 
 def _snake(key: str) -> str:
@@ -201,5 +219,13 @@ def _check(name: str, value, default):
     if float in wants and isinstance(value, int) and not isinstance(value, bool):
         return float(value)
     if not isinstance(value, wants):
-        raise SettingsError(f"setting {name!r} must be a {wants[0].__name__}, got {value!r}")
+        shown = "{...}" if name == "remote" else repr(value)
+        raise SettingsError(f"setting {name!r} must be a {wants[0].__name__}, got {shown}")
+    if name == "remote":
+        from .remote_backend import check_remote_setting
+
+        try:
+            return check_remote_setting(value)
+        except ValueError as err:  # the message names keys, never header values
+            raise SettingsError(f"setting 'remote': {err}") from None
     return value

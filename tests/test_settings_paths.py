@@ -42,6 +42,7 @@ CHANGED = {
     "dtype": (["--dtype", "bfloat16"], "bfloat16"),
     "backend": (["--backend", "llama.cpp"], "llama.cpp"),
     "trust_remote_code": (["--trust-remote-code"], True),
+    "remote": (["--remote", '{"caFile": "/etc/ditto/ca.pem"}'], {"ca_file": "/etc/ditto/ca.pem"}),
     "drafter": (["--drafter", "hybrid"], "hybrid"),
     "draft_model": (["--draft-model", "qwen2.5-coder-1.5b"], "qwen2.5-coder-1.5b"),
     "max_tokens": (["--max-tokens", "32"], 32),

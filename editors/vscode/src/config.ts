@@ -33,6 +33,7 @@ export interface DittoSettings {
   dtype: string;
   backend: string;
   trustRemoteCode: boolean;
+  remote: Record<string, unknown>;
   maxTokens: number;
   draftMax: number;
   temperature: number;
@@ -61,6 +62,7 @@ export const DEFAULTS: DittoSettings = {
   dtype: "auto",
   backend: "auto",
   trustRemoteCode: false,
+  remote: {},
   maxTokens: 64,
   draftMax: 8,
   temperature: 0,
@@ -83,6 +85,7 @@ export const SERVER_KEYS = [
   "dtype",
   "backend",
   "trustRemoteCode",
+  "remote",
   "maxTokens",
   "draftMax",
   "temperature",
@@ -106,6 +109,10 @@ function str(v: unknown, dflt: string): string {
 function num(v: unknown, dflt: number, min: number, integer: boolean): number {
   if (typeof v !== "number" || !Number.isFinite(v) || v < min) return dflt;
   return integer ? Math.floor(v) : v;
+}
+
+function obj(v: unknown): Record<string, unknown> {
+  return typeof v === "object" && v !== null && !Array.isArray(v) ? { ...(v as Record<string, unknown>) } : {};
 }
 
 function bool(v: unknown, dflt: boolean): boolean {
@@ -133,6 +140,7 @@ export function readSettings(get: Getter): DittoSettings {
     dtype: str(get("dtype"), DEFAULTS.dtype),
     backend: str(get("backend"), DEFAULTS.backend),
     trustRemoteCode: bool(get("trustRemoteCode"), DEFAULTS.trustRemoteCode),
+    remote: obj(get("remote")),
     maxTokens: num(get("maxTokens"), DEFAULTS.maxTokens, 1, true),
     draftMax: num(get("draftMax"), DEFAULTS.draftMax, 0, true),
     temperature: num(get("temperature"), DEFAULTS.temperature, 0, false),

@@ -16,17 +16,19 @@ M.name = 'ditto'
 --- fields, lsp_server/settings.py; `ditto-lsp serve --help` says what each does). Left unset, the
 --- server's default holds. tests/test_settings_paths.py checks this list against the server's.
 M.server_options = {
-  'model', 'device', 'dtype', 'backend', 'trust_remote_code', 'drafter', 'draft_model', 'max_tokens', 'draft_max',
-  'temperature', 'top_p', 'top_k', 'seed', 'time_budget_s', 'multiline', 'adaptive', 'idle_prefill', 'load_wait_s',
+  'model', 'device', 'dtype', 'backend', 'trust_remote_code', 'remote', 'drafter', 'draft_model', 'max_tokens',
+  'draft_max', 'temperature', 'top_p', 'top_k', 'seed', 'time_budget_s', 'multiline', 'adaptive', 'idle_prefill',
+  'load_wait_s',
 }
 
 ---@class ditto.Opts
 ---@field cmd? string[] Server command. Default { 'ditto-lsp', 'serve' }.
----@field model? string default | qwen2.5-coder-0.5b | qwen2.5-coder-1.5b | tiny-random | FILE.gguf | ollama:NAME[:TAG] | DIR | hub id.
+---@field model? string default | qwen2.5-coder-0.5b | qwen2.5-coder-1.5b | tiny-random | FILE.gguf | ollama:NAME[:TAG] | DIR | hub id | http[s]://HOST:PORT/v1#NAME (a team's engine, docs/team.md).
 ---@field device? string auto | cpu | cuda | cuda:N.
 ---@field dtype? string auto | float32 | bfloat16 | float16.
 ---@field backend? string auto | torch | llama.cpp (auto: llama.cpp for a GGUF model on a CPU).
 ---@field trust_remote_code? boolean Let a model directory's own Python code run. Default false.
+---@field remote? table A remote engine's transport (model = 'http://HOST:PORT/v1#NAME'; docs/team.md): headers, caFile, body...
 ---@field drafter? string none | ngram | model | hybrid. Default 'ngram'.
 ---@field draft_model? string Draft model of the model and hybrid drafters (same tokenizer as model).
 ---@field max_tokens? integer Token budget of one suggestion.

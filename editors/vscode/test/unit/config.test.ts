@@ -34,6 +34,7 @@ test("settings become flat camelCase initializationOptions, client-only keys lef
     dtype: "auto",
     backend: "auto",
     trustRemoteCode: false,
+    remote: {},
     maxTokens: 32,
     draftMax: 8,
     temperature: 0,

@@ -1,0 +1,227 @@
+"""A real inference engine on this machine: llama-cpp-python's OpenAI-compatible server.
+
+For the remote-backend tests (tests/test_remote.py) and the team storm
+(lsp_server/storm.py): `LlamaCppServer` starts ``python -m llama_cpp.server`` on
+127.0.0.1 with a GGUF, waits until it answers, and can kill, pause (SIGSTOP), resume and
+restart it. It reads the engine's own output: llama.cpp prints a timing block ("eval time
+= ... / N runs") after every completion that ran to its end, and the server prints
+"disconnected" when it drops a stream whose client went away; the tests count those to
+prove that a closed connection stops generation.
+
+`tiny_text_gguf` writes the tiny random model (lsp_server/tiny_gguf.py) with the rows of
+some tokens set to zero (the output head is tied, so their logits are 0 and never the
+argmax among hundreds of random ones): every token that is not valid UTF-8 on its own
+(engines drop or replace invalid bytes each in their own way) and the FIM markers
+(llama.cpp ends a stream only at end-of-generation tokens and shows a marker as no text,
+where Ditto's local engine stops; a trained FIM model does not write them in a middle).
+Only such a model can be compared text for text across runtimes.
+
+Left out on purpose: anything a user runs in production (docs/team.md names the engines).
+"""
+
+from __future__ import annotations
+
+import http.client
+import json
+import os
+import re
+import shutil
+import signal
+import socket
+import subprocess
+import sys
+import time
+from pathlib import Path
+
+
+def test_certificates(directory: str | Path) -> tuple[Path, Path, Path]:
+    """(certificate, key, CA) for https on 127.0.0.1, made with the openssl command (tests only)."""
+    d = Path(directory)
+    ca_key, ca, key, csr, cert, ext = (d / n for n in ("ca.key", "ca.pem", "server.key", "server.csr", "server.pem",
+                                                       "san.cnf"))
+    ext.write_text("subjectAltName=IP:127.0.0.1\n")
+    run = lambda *a: subprocess.run(["openssl", *a], check=True, capture_output=True)  # noqa: E731
+    run("req", "-x509", "-newkey", "rsa:2048", "-nodes", "-keyout", str(ca_key), "-out", str(ca), "-days", "2",
+        "-subj", "/CN=ditto test CA")
+    run("req", "-newkey", "rsa:2048", "-nodes", "-keyout", str(key), "-out", str(csr), "-subj", "/CN=127.0.0.1")
+    run("x509", "-req", "-in", str(csr), "-CA", str(ca), "-CAkey", str(ca_key), "-CAcreateserial", "-out", str(cert),
+        "-days", "2", "-extfile", str(ext))
+    return cert, key, ca
+
+
+def free_port() -> int:
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        return s.getsockname()[1]
+
+
+def tiny_text_gguf(path: str | Path) -> Path:
+    """The tiny random model as a GGUF whose greedy output is valid UTF-8 (module docstring)."""
+    import gguf
+    import llama_cpp
+
+    from .tiny_gguf import write_tiny_gguf
+
+    path = Path(path)
+    raw = write_tiny_gguf(path.with_suffix(".raw.gguf"))
+    vocab = llama_cpp.Llama(str(raw), vocab_only=True, verbose=False)
+    bad = []
+    v = vocab._model.vocab
+    for t in range(vocab.n_vocab()):
+        if llama_cpp.llama_vocab_is_control(v, t) and not llama_cpp.llama_vocab_is_eog(v, t):
+            bad.append(t)
+            continue
+        try:
+            vocab.detokenize([t], special=False).decode("utf-8")
+        except UnicodeDecodeError:
+            bad.append(t)
+    del vocab
+    shutil.copy(raw, path)
+    raw.unlink()
+    reader = gguf.GGUFReader(str(path), "r+")
+    emb = next(t for t in reader.tensors if t.name == "token_embd.weight")
+    emb.data[bad, :] = 0
+    del reader, emb  # a writable memory map: the change is in the file once it is closed
+    return path
+
+
+class LlamaCppServer:
+    """`python -m llama_cpp.server` on 127.0.0.1:port (see the module docstring)."""
+
+    def __init__(self, gguf: str | Path, port: int | None = None, *, alias: str = "tiny", n_ctx: int = 4096,
+                 api_key: str | None = None, log_dir: str | Path | None = None, threads: int = 1,
+                 interrupt_requests: bool = False, flash_attn: bool = False,
+                 tls: tuple[str, str, str] | None = None):
+        self.gguf = Path(gguf)
+        self.port = port or free_port()
+        self.alias = alias
+        self.n_ctx = n_ctx
+        self.api_key = api_key
+        self.threads = threads
+        self.interrupt_requests = interrupt_requests
+        # Off by default: llama.cpp's CPU flash attention makes a token's logits depend on how the
+        # prompt was split into passes (measured on the tiny model: top logit 10.19 in one pass,
+        # 10.07 after a 400-token pass, argmax flipped), and this server splits where its prompt
+        # cache ends. Without it, any split gives the same logits to ~1e-5.
+        self.flash_attn = flash_attn
+        self.log_dir = Path(log_dir or self.gguf.parent)
+        self.tls = tls  # (certificate, key, CA that signed it): serve https
+        self.proc: subprocess.Popen | None = None
+        self.starts = 0
+        self.stdout_path = self.log_dir / f"engine-{self.port}.out"
+        self.stderr_path = self.log_dir / f"engine-{self.port}.err"
+
+    @property
+    def url(self) -> str:
+        return f"{'https' if self.tls else 'http'}://127.0.0.1:{self.port}/v1"
+
+    def spec(self, tokenizer: str | None = None, engine: str = "llama.cpp") -> str:
+        return f"{self.url}#{self.alias}&tokenizer={tokenizer or self.gguf}&engine={engine}"
+
+    def start(self, timeout: float = 180.0) -> float:
+        """Start it and wait until /v1/models answers; returns time.time() when it did."""
+        if self.proc is not None and self.proc.poll() is None:
+            raise RuntimeError("the engine is already running")
+        cmd = [sys.executable, "-m", "llama_cpp.server", "--model", str(self.gguf), "--host", "127.0.0.1",
+               "--port", str(self.port), "--n_ctx", str(self.n_ctx), "--n_threads", str(self.threads),
+               "--model_alias", self.alias, "--interrupt_requests", str(self.interrupt_requests),
+               "--flash_attn", str(self.flash_attn)]
+        if self.api_key:
+            cmd += ["--api_key", self.api_key]
+        if self.tls:
+            cmd += ["--ssl_certfile", str(self.tls[0]), "--ssl_keyfile", str(self.tls[1])]
+        env = {**os.environ, "PYTHONUNBUFFERED": "1", "OMP_NUM_THREADS": str(self.threads)}
+        with open(self.stdout_path, "ab") as out, open(self.stderr_path, "ab") as err:
+            self.proc = subprocess.Popen(cmd, stdout=out, stderr=err, stdin=subprocess.DEVNULL, env=env)
+        self.starts += 1
+        deadline = time.monotonic() + timeout
+        while True:
+            if self.proc.poll() is not None:
+                raise RuntimeError(f"llama_cpp.server exited with {self.proc.returncode}: {self.stderr_tail()}")
+            if self.ready():
+                return time.time()
+            if time.monotonic() > deadline:
+                self.kill()
+                raise RuntimeError(f"llama_cpp.server did not answer in {timeout} s: {self.stderr_tail()}")
+            time.sleep(0.1)
+
+    def _connection(self, timeout: float):
+        if self.tls:
+            import ssl
+
+            return http.client.HTTPSConnection("127.0.0.1", self.port, timeout=timeout,
+                                               context=ssl.create_default_context(cafile=str(self.tls[2])))
+        return http.client.HTTPConnection("127.0.0.1", self.port, timeout=timeout)
+
+    def ready(self) -> bool:
+        try:
+            conn = self._connection(2)
+            headers = {"Authorization": f"Bearer {self.api_key}"} if self.api_key else {}
+            conn.request("GET", "/v1/models", headers=headers)
+            ok = conn.getresponse().status == 200
+            conn.close()
+            return ok
+        except OSError:
+            return False
+
+    def complete_directly(self, max_tokens: int, prompt: str = "def f():\n") -> dict:
+        """A plain completion sent straight to the engine (not through Ditto): an anchor in its output."""
+        conn = self._connection(120)
+        headers = {"Content-Type": "application/json", **({"Authorization": f"Bearer {self.api_key}"}
+                                                           if self.api_key else {})}
+        body = {"prompt": prompt, "max_tokens": max_tokens, "temperature": 0,
+                "logit_bias": {str(t): -100.0 for t in range(6)}}  # the tiny model's special tokens
+        conn.request("POST", "/v1/completions", body=json.dumps(body), headers=headers)
+        resp = conn.getresponse()
+        out = json.loads(resp.read())
+        conn.close()
+        if resp.status != 200:
+            raise RuntimeError(f"engine answered {resp.status}: {out}")
+        return out
+
+    def kill(self) -> None:
+        if self.proc is not None and self.proc.poll() is None:
+            self.resume()
+            self.proc.kill()
+            self.proc.wait(30)
+
+    def stop(self) -> None:
+        if self.proc is not None and self.proc.poll() is None:
+            self.resume()
+            self.proc.terminate()
+            try:
+                self.proc.wait(15)
+            except subprocess.TimeoutExpired:
+                self.proc.kill()
+                self.proc.wait(15)
+
+    def pause(self) -> None:
+        """SIGSTOP: the kernel still accepts connections, nothing answers (a stuck engine)."""
+        if self.proc is not None and self.proc.poll() is None:
+            os.kill(self.proc.pid, signal.SIGSTOP)
+
+    def resume(self) -> None:
+        if self.proc is not None and self.proc.poll() is None:
+            os.kill(self.proc.pid, signal.SIGCONT)
+
+    # -- what the engine printed ------------------------------------------------------------
+    def stderr_tail(self, n: int = 800) -> str:
+        try:
+            return self.stderr_path.read_text(errors="replace")[-n:]
+        except OSError:
+            return ""
+
+    def completions_run(self) -> list[int]:
+        """Tokens generated ("eval ... / N runs") of every completion that ran to its end, in order."""
+        text = self.stderr_path.read_text(errors="replace") if self.stderr_path.exists() else ""
+        return [int(n) for n in re.findall(r"^llama_perf_context_print:\s+eval time =.*?/\s*(\d+) runs", text, re.M)]
+
+    def requests_started(self) -> int:
+        """Completion requests whose response has begun (uvicorn's access log line)."""
+        text = self.stderr_path.read_text(errors="replace") if self.stderr_path.exists() else ""
+        return len(re.findall(r'"POST /v1/completions HTTP/1.1" 200', text))
+
+    def disconnects(self) -> int:
+        """Streams the server dropped because the client went away."""
+        text = self.stdout_path.read_text(errors="replace") if self.stdout_path.exists() else ""
+        return len(re.findall(r"^disconnected$", text, re.M))
