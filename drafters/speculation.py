@@ -270,21 +270,23 @@ class Speculation:
         return best
 
     def snapshot(self) -> dict:
-        """The live estimates, for `ditto/stats` and reports."""
-        t1 = self.cost(1)
-        return {"costs_ms": {str(n): round(self.cost(n), 2) for n in self.shape},
-                "cost_ratios": {str(n): round(self.cost(n) / t1, 3) for n in self.shape if n > 1},
-                "load_level": round(self.level, 3),
-                "passes_timed": {str(n): c for n, c in sorted(self.passes.items())},
+        """The live estimates, for `ditto/stats` and reports. Read from another thread than the
+        engine's: every dict is copied first (one C-level copy, atomic under the GIL)."""
+        shape, level = dict(self.shape), self.level
+        acceptance, continuation, observed = dict(self.acceptance), dict(self.continuation), dict(self.observed)
+        t1 = level * shape[1]
+        return {"costs_ms": {str(n): round(level * v, 2) for n, v in shape.items()},
+                "cost_ratios": {str(n): round(level * v / t1, 3) for n, v in shape.items() if n > 1},
+                "load_level": round(level, 3),
+                "passes_timed": {str(n): c for n, c in sorted(dict(self.passes).items())},
                 "learning_costs": self.learn,
                 "probes": self.probes,
                 "draft_ms": None if self.draft_ms is None else round(self.draft_ms, 2),
                 "draft_token_ms": round(self.draft_token_ms, 3),
                 "draft_scale": round(self.draft_scale, 3),
-                "acceptance": {f"{d or 'drafter'}/match>={b}": round(v, 3) for (d, b), v in self.acceptance.items()},
-                "acceptance_later": {f"{d or 'drafter'}/match>={b}": round(v, 3)
-                                     for (d, b), v in self.continuation.items()},
-                "drafts_scored": {f"{d or 'drafter'}/match>={b}": c for (d, b), c in self.observed.items()}}
+                "acceptance": {f"{d or 'drafter'}/match>={b}": round(v, 3) for (d, b), v in acceptance.items()},
+                "acceptance_later": {f"{d or 'drafter'}/match>={b}": round(v, 3) for (d, b), v in continuation.items()},
+                "drafts_scored": {f"{d or 'drafter'}/match>={b}": c for (d, b), c in observed.items()}}
 
 
 class Scorer:

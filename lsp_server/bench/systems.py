@@ -136,6 +136,12 @@ def run_ditto(completer, task, system: str, options, cache_key: str | None, refe
     line = task.line if line is None else line
     col = task.col if col is None else col
     base = system.removesuffix("-noreuse")
+    if base in ("off", "oracle"):
+        # The reference and the ceiling neither ask nor teach the speculation policy (its
+        # pass costs and acceptance estimates): only the systems under test do.
+        from dataclasses import replace
+
+        options = replace(options, adaptive=False)
     if base == "oracle":
         if reference is None:
             raise ValueError("oracle needs off's completion of the same task")
