@@ -58,6 +58,7 @@ from lsprotocol.types import ResponseError
 from pygls.protocol import LanguageServerProtocol, lsp_method
 from pygls.uris import to_fs_path
 
+from .numbers import percentile
 from .scheduler import Scheduler, StepHook, Superseded
 from .settings import Settings, SettingsError
 
@@ -181,14 +182,6 @@ class Counters:
     idle_prefills_stopped: int = 0  # of which stopped early by a request or a newer aim (their chunks stay cached)
     idle_hits: int = 0  # requests whose prompt was at least 90% in the cache right after an idle prefill
     latencies_ms: deque = field(default_factory=lambda: deque(maxlen=1000))
-
-
-def percentile(values, q: float) -> float | None:
-    xs = sorted(values)
-    if not xs:
-        return None
-    i = min(len(xs) - 1, max(0, round(q / 100 * (len(xs) - 1))))
-    return round(xs[i], 1)
 
 
 @dataclass
@@ -611,7 +604,7 @@ class DittoServer(LanguageServer):
     def _record(self, snap: Snapshot, sug, completer) -> None:
         if getattr(sug, "typethrough", False):
             return  # the trace of the completion on screen stays the one to show
-        from .trace import trace_data
+        from .rounds import trace_data
 
         lm = completer.lm
         s = sug.completion.stats
@@ -655,7 +648,7 @@ class DittoServer(LanguageServer):
             "errors": c.errors,
             "stale_passes": c.stale_passes,
             "stale_passes_max": c.stale_passes_max,
-            "latency_ms": {"p50": percentile(c.latencies_ms, 50), "p95": percentile(c.latencies_ms, 95),
+            "latency_ms": {"p50": percentile(c.latencies_ms, 50, 1), "p95": percentile(c.latencies_ms, 95, 1),
                            "count": len(c.latencies_ms)},
             "acceptance_rate": round(c.accepted / c.drafted, 4) if c.drafted else None,
             "tokens_per_target_pass": round(c.generated / c.target_passes, 4) if c.target_passes else None,
