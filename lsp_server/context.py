@@ -64,10 +64,6 @@ class Prompt:
     snippets: list[str] = field(default_factory=list)  # names of other buffers included
     start_line: int = 0  # 0-based first line of the lines-above window
 
-    @property
-    def indent(self) -> str:
-        return _indent_of(self.typed)
-
 
 @dataclass
 class ContextBudget:
