@@ -64,10 +64,6 @@ class Prompt:
     snippets: list[str] = field(default_factory=list)  # names of other buffers included
     start_line: int = 0  # 0-based first line of the lines-above window
 
-    @property
-    def indent(self) -> str:
-        return _indent_of(self.typed)
-
 
 @dataclass
 class ContextBudget:
@@ -301,9 +297,10 @@ def ghost_cut(generated: str, prompt: Prompt, multiline: bool = True, final: boo
 
     Stops at: the end of the current block (a complete later line indented less than
     the cursor line), the first line when `multiline` is off, a line that repeats the
-    next non-blank line below the cursor, and a first line that ends by re-typing the
-    rest of the cursor line (the cut keeps what comes before it). `final` says the
-    generation has ended, so the last line counts as complete.
+    next non-blank line below the cursor, a line that repeats one of the suggestion's
+    own earlier lines (`_repeats`), and a first line that ends by re-typing the rest of
+    the cursor line (the cut keeps what comes before it). `final` says the generation
+    has ended, so the last line counts as complete.
     """
     typed = prompt.typed
     lines = generated.split("\n")
@@ -324,8 +321,34 @@ def ghost_cut(generated: str, prompt: Prompt, multiline: bool = True, final: boo
             return pos - 1  # its indentation is known as soon as it has content
         if complete and l.strip() and next_below is not None and l.strip() == next_below.strip():
             return pos - 1
+        if complete and _repeats(l, [cursor_line, *lines[1:i]]):
+            return pos - 1
         pos += len(l) + 1
     return None
+
+
+# Words that name nothing: a line made only of these (`return None`, `pass`, `break`), of
+# brackets or of punctuation legitimately repeats within one suggestion.
+_PLAIN_WORDS = frozenset("return None True False null nil pass break continue else elif try except finally "
+                         "end fi done do then raise yield await self this".split())
+
+
+def _repeats(line: str, earlier: list[str]) -> bool:
+    """`line` is a whole statement the suggestion already wrote: equal to an earlier line,
+    indentation included, naming something, its brackets balanced and not a header.
+
+    A model that starts looping writes the same import or call again. Lines that differ
+    anywhere (two `parser.add_argument("--x")` calls) are not repeats; nor are the lines
+    that legitimately recur: blank and closing-bracket lines, `return None`, the head of a
+    multi-line call (`parser.add_argument(`), a block header (`with lock:`), a list item (`x,`).
+    """
+    text = line.rstrip()
+    if not text or text[-1] in ":{[(,\\" or sum(text.count(c) for c in "([{") != sum(text.count(c) for c in ")]}"):
+        return False
+    words = "".join(c if c.isalnum() or c == "_" else " " for c in text).split()
+    if all(w[0].isdigit() or w in _PLAIN_WORDS for w in words):
+        return False
+    return any(text == e.rstrip() for e in earlier)
 
 
 def finish(generated: str, prompt: Prompt, multiline: bool = True) -> str:

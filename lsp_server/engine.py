@@ -4,7 +4,9 @@ Torch only; knows nothing of LSP or tokenizers' text. One `Engine` wraps one loa
 model (the backend interface of lsp_server/backend.py: forward over new tokens with the
 logits of the last rows, new_cache, crop, release, stop_ids) and is used from one thread
 (the scheduler's model worker). How much of a draft to verify is the speculation
-policy's choice (drafters/speculation.py); the engine times nothing itself.
+policy's choice (drafters/speculation.py); the engine times each target pass and tells
+the policy (its live estimate of the pass costs), and has every offered draft scored
+against the tokens the target produced.
 
 Invariant of the loop: the KV cache holds every token of `seq` except the last one. A
 target pass feeds [seq[-1]] + draft (k + 1 tokens) and gets k + 1 rows of logits; row i
@@ -241,6 +243,11 @@ class Engine:
         return stats
 
     def propose(self, drafter: Drafter | None, seq: list[int], k: int) -> Proposal:
+        rows = getattr(self.lm, "fixed_rows", None)
+        if rows is not None:
+            # A backend with a fixed pass shape (lsp_server/torch_backend.py pad_to; docs/gpu.md)
+            # is exact only for passes within it: [last] + at most rows - 1 drafts.
+            k = min(k, rows - 1)
         if drafter is None or k <= 0:
             return Proposal([])
         proposal = drafter.propose(seq, k)
@@ -332,9 +339,14 @@ class Engine:
                     stats.stop_reason = "cancelled"
                 stats.prefill_ms = (time.perf_counter() - t0) * 1000
                 seq = list(prompt)
+                # Learning (pass costs, acceptance) only where the policy chooses: not for a fixed k.
+                spec = self.speculation if opts.adaptive else None
+                scorer = spec.scorer(drafter.name) if spec is not None and drafter is not None else None
                 if not stats.stop_reason:
                     stats.stop_reason = self._decode(state, seq, out, stats, rounds, opts, drafter, stop, cancel, gen,
-                                                     time.perf_counter(), on_round)
+                                                     time.perf_counter(), on_round, spec, scorer)
+                if scorer is not None:
+                    scorer.settle(seq, final=True)
             except BaseException:
                 # A failed pass may leave the cache half-written: never reuse it.
                 self.lm.release(state.cache)
@@ -349,7 +361,11 @@ class Engine:
         stats.decode_ms = stats.wall_ms - stats.prefill_ms
         return Completion(out, stats, rounds)
 
-    def _decode(self, state, seq, out, stats, rounds, opts, drafter, stop, cancel, gen, t_decode, on_round) -> str:
+    def _decode(self, state, seq, out, stats, rounds, opts, drafter, stop, cancel, gen, t_decode, on_round,
+                spec=None, scorer=None) -> str:
+        """The propose/verify loop. `spec` (the policy, when adaptive) chooses how much of each
+        proposal to verify and learns from every timed pass; `scorer` scores offered drafts.
+        `t_decode`: when decoding began (the time budget counts from it, not from prefill)."""
         stop_ids = self.lm.stop_ids
         while True:
             if len(out) >= opts.max_new_tokens:
@@ -362,8 +378,9 @@ class Engine:
             k = min(opts.draft_max, opts.max_new_tokens - len(out) - 1)
             proposal = self.propose(drafter, seq, k)
             offered = len(proposal.tokens)
-            spec = self.speculation
-            if spec is not None and opts.adaptive and offered:
+            if scorer is not None:
+                scorer.offer(proposal, len(seq))  # scored in full, whatever part of it is verified
+            if spec is not None and offered:
                 # The policy says how much pays (all of a paid model draft: its passes already ran).
                 chosen = spec.choose(proposal, drafter.name)
                 if chosen < offered:
@@ -374,7 +391,7 @@ class Engine:
             t = time.perf_counter()
             logits = self.verify(state, seq, draft)
             n_acc, token = self.accept(logits, proposal, opts, gen)
-            if spec is not None and offered:
+            if spec is not None and proposal.paid and draft:
                 spec.observe(proposal, len(draft), n_acc, drafter.name)
             # Keep exactly the accepted prefix in the cache: seq[:-1] + [seq[-1]] + draft[:n_acc].
             rejected = len(draft) - n_acc
@@ -382,6 +399,8 @@ class Engine:
                 del state.ids[len(state.ids) - rejected :]
                 self.lm.crop(state.cache, len(state.ids))
             ms = (time.perf_counter() - t) * 1000
+            if spec is not None:
+                spec.observe_pass(len(draft) + 1, ms)  # the live estimate of T(n) (drafters/speculation.py)
             stats.target_passes += 1
             stats.drafted += len(draft)
             stats.accepted += n_acc
@@ -396,6 +415,8 @@ class Engine:
             rounds.append(rnd)
             new = [*draft[:n_acc], token]
             seq.extend(new)
+            if scorer is not None:
+                scorer.settle(seq)
             stats.generated += len(new)
             if on_round is not None:
                 on_round(rnd, new)

@@ -47,7 +47,7 @@ from typing import Sequence
 import numpy as np
 import torch
 
-from .backend import ModelError, Progress, find_fim_tokens, stop_token_ids
+from .backend import FIM_NAMES, STOP_NAMES, ModelError, Progress, find_fim_tokens, stop_token_ids
 
 log = logging.getLogger(__name__)
 
@@ -202,15 +202,13 @@ class LlamaModel:
         self._clock = itertools.count(1)
         self._lock = threading.RLock()
 
-        n = int(L.llama_vocab_n_tokens(self._vocab))
-        self.vocab_size = n
-        texts = [L.llama_vocab_get_text(self._vocab, i) for i in range(n)]
-        self._vocabulary = {}
-        for i, t in enumerate(texts):
-            self._vocabulary.setdefault((t or b"").decode("utf-8", "replace"), i)
-        self.fim = find_fim_tokens(self._vocabulary)
+        self.vocab_size = int(L.llama_vocab_n_tokens(self._vocab))
+        self._vocabulary: dict[str, int] | None = None  # read when first asked for (152k calls)
+        # FIM and stop tokens by name; the whole vocabulary only if no FIM tokens are found that way.
+        named = self._lookup([n for names in FIM_NAMES for n in names if n] + list(STOP_NAMES))
+        self.fim = find_fim_tokens(named) or find_fim_tokens(self.vocabulary())
         eos = [int(L.llama_vocab_eos(self._vocab)), int(L.llama_vocab_eot(self._vocab))]
-        self.stop_ids = stop_token_ids(self._vocabulary, [t for t in eos if t >= 0], self.fim)
+        self.stop_ids = stop_token_ids(named, [t for t in eos if t >= 0], self.fim)
         self.dtype = _file_type(L, self._model)
 
     def close(self) -> None:
@@ -253,7 +251,27 @@ class LlamaModel:
         return self.decode([tid])
 
     def vocabulary(self) -> dict[str, int]:
+        if self._vocabulary is None:
+            vocab = {}
+            for i in range(self.vocab_size):
+                vocab.setdefault(self._text(i), i)
+            self._vocabulary = vocab
         return dict(self._vocabulary)
+
+    def _text(self, tid: int) -> str:
+        """A token's text as the GGUF's vocabulary spells it (byte-level BPE: 'Ġ' for a space)."""
+        return (self._L.llama_vocab_get_text(self._vocab, tid) or b"").decode("utf-8", "replace")
+
+    def _lookup(self, names: list[str]) -> dict[str, int]:
+        """{name: id} for the names that are single tokens of the vocabulary."""
+        found = {}
+        for name in names:
+            data = name.encode("utf-8")
+            buf = (ctypes.c_int32 * (len(data) + 8))()
+            n = self._L.llama_tokenize(self._vocab, data, len(data), buf, len(data) + 8, False, True)
+            if n == 1 and self._text(buf[0]) == name:
+                found[name] = int(buf[0])
+        return found
 
     def special_ids(self) -> dict[str, int | None]:
         L, v = self._L, self._vocab

@@ -15,7 +15,6 @@ from __future__ import annotations
 import hashlib
 import json
 import os
-import shutil
 import sys
 import tempfile
 from dataclasses import dataclass
@@ -147,19 +146,26 @@ def packaged_gguf(pm: PackagedModel, say: Progress) -> Path:
         return target
     parts = pm.part_paths()
     total = sum(p.stat().st_size for p in parts)
-    sha = sha256_of(parts, say, f"{pm.name} parts", total)
-    if sha != pm.sha256:
-        raise ModelError(
-            f"model {pm.name!r}: joined parts have sha256 {sha[:16]}…, expected {pm.sha256[:16]}…: "
-            f"reinstall them with `ditto-lsp models pull {pm.name} --force`"
-        )
     target.parent.mkdir(parents=True, exist_ok=True)
     fd, tmp = tempfile.mkstemp(dir=target.parent, prefix=f".{target.name}-")
     try:
+        # One pass: hash what is written (reading 491 MB twice cost a second of the first start).
+        h = hashlib.sha256()
+        done = 0
         with os.fdopen(fd, "wb") as out:
             for part in parts:
                 with open(part, "rb") as f:
-                    shutil.copyfileobj(f, out, 1 << 22)
+                    while chunk := f.read(1 << 22):
+                        h.update(chunk)
+                        out.write(chunk)
+                        done += len(chunk)
+                        say(f"joining and checking {pm.name} parts", done / total if total else None)
+        sha = h.hexdigest()
+        if sha != pm.sha256:
+            raise ModelError(
+                f"model {pm.name!r}: joined parts have sha256 {sha[:16]}…, expected {pm.sha256[:16]}…: "
+                f"reinstall them with `ditto-lsp models pull {pm.name} --force`"
+            )
         os.replace(tmp, target)
     finally:
         if os.path.exists(tmp):

@@ -55,6 +55,7 @@ from typing import Callable, Iterator, Sequence
 from urllib.parse import unquote, urlsplit
 
 from .backend import FIM_NAMES, FimTokens, ModelError, Progress, find_fim_tokens, stop_token_ids
+from .numbers import percentile
 
 log = logging.getLogger(__name__)
 
@@ -912,8 +913,8 @@ class RemoteGenerator:
     def stats(self, intervals: bool = False) -> dict:
         out = {**self.counts, "in_flight": self.in_flight, "pieces": self.pieces, "url": self.model.endpoint.url, "engine": self.model.endpoint.engine,
                "tokenizer": self.model.tokenizer.source, "failing": self.problem,
-               "first_piece_ms": {"p50": _percentile(self.first_piece_ms, 50),
-                                  "p95": _percentile(self.first_piece_ms, 95)}}
+               "first_piece_ms": {"p50": percentile(self.first_piece_ms, 50, 1),
+                                  "p95": percentile(self.first_piece_ms, 95, 1)}}
         if intervals:
             out["intervals"] = list(self.intervals)
         return out
@@ -921,11 +922,6 @@ class RemoteGenerator:
 
 class _StopText(Exception):
     """A stop token's text arrived in the stream."""
-
-
-def _percentile(values, q: float) -> float | None:
-    xs = sorted(values)
-    return round(xs[min(len(xs) - 1, max(0, round(q / 100 * (len(xs) - 1))))], 1) if xs else None
 
 
 def _first_stop(text: str, stops: list[str]) -> int | None:

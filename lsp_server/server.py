@@ -10,9 +10,14 @@
   (uri, version, text, position), await the worker, and drop a result whose document
   version changed meanwhile. `$/cancelRequest` and newer requests for the same document
   set the engine's stop flag.
-- The model loads on the worker in the background with `$/progress`; until it is ready
-  completion requests get `None`. A failure is shown once (`window/showMessage`) and
-  logged; a settings change to a loadable model recovers.
+- The model loads on the worker in the background with `$/progress`. A completion request
+  made meanwhile waits for it (the newest per document: an older one waiting for the same
+  document gets `None` at once; `$/cancelRequest` cancels a waiting one), for at most the
+  `load_wait_s` setting, and is then computed like any other, so the first suggestion
+  needs no second keystroke. When the load is done the server sends the notification
+  `ditto/modelReady` `{"model": spec}`, for editors that drop answers that come late (the
+  plugins re-ask once). A failure answers the waiting requests `None`, is shown once
+  (`window/showMessage`) and logged; a settings change to a loadable model recovers.
 - Params pygls cannot deserialise get an InvalidParams error (pygls 2.1.1 sends no reply
   at all for them).
 - Custom requests `ditto/stats` and `ditto/trace`; with the `debug_documents` setting (which a
@@ -53,12 +58,14 @@ from lsprotocol.types import ResponseError
 from pygls.protocol import LanguageServerProtocol, lsp_method
 from pygls.uris import to_fs_path
 
+from .numbers import percentile
 from .scheduler import Scheduler, StepHook, Superseded
 from .settings import Settings, SettingsError
 
 log = logging.getLogger(__name__)
 
 STATS = "ditto/stats"
+MODEL_READY = "ditto/modelReady"
 TRACE = "ditto/trace"
 CURSOR = "ditto/didMoveCursor"  # notification {textDocument: {uri}, position}: aims idle prefill
 DEBUG_STEP = "ditto/debug/step"
@@ -159,7 +166,8 @@ class Counters:
     cancelled: int = 0  # $/cancelRequest
     superseded: int = 0  # replaced by a newer request for the same document
     dropped_stale: int = 0  # the document changed while computing
-    not_ready: int = 0  # no model loaded yet (answered None)
+    not_ready: int = 0  # no model: its load failed, or took longer than load_wait_s (answered None)
+    waited: int = 0  # arrived while the model loaded, and waited for it
     invalid: int = 0  # unknown document or position outside it (answered None)
     errors: int = 0  # the engine raised
     stale_passes: int = 0  # model passes begun for a request already cancelled or superseded
@@ -174,14 +182,6 @@ class Counters:
     idle_prefills_stopped: int = 0  # of which stopped early by a request or a newer aim (their chunks stay cached)
     idle_hits: int = 0  # requests whose prompt was at least 90% in the cache right after an idle prefill
     latencies_ms: deque = field(default_factory=lambda: deque(maxlen=1000))
-
-
-def percentile(values, q: float) -> float | None:
-    xs = sorted(values)
-    if not xs:
-        return None
-    i = min(len(xs) - 1, max(0, round(q / 100 * (len(xs) - 1))))
-    return round(xs[i], 1)
 
 
 @dataclass
@@ -218,6 +218,10 @@ class DittoServer(LanguageServer):
         self._warmed: dict[str, bool] = {}  # uri -> an idle prefill ran since its last request
         self._idle_cancel: threading.Event | None = None  # set while an idle prefill runs
         self.loop: asyncio.AbstractEventLoop | None = None
+        # Requests waiting for the model to load: uri -> future of the newest one, resolved
+        # with the load's outcome ("ready" | "failed" | "stopped") or "superseded".
+        self._waiting: dict[str, asyncio.Future] = {}
+        self._request_seq: dict[str, int] = {}  # uri -> number of its newest completion request
 
     # -- errors ------------------------------------------------------------------------
     def report_server_error(self, error, source):
@@ -342,6 +346,8 @@ class DittoServer(LanguageServer):
         def job(cancel: threading.Event):
             if seq != self._load_wanted:
                 return None  # a newer load was asked for meanwhile
+            if not self._debug_load_delay(seq, cancel):
+                return None
             from .completer import Completer
             from .engine import Engine
             from .model import load
@@ -374,18 +380,65 @@ class DittoServer(LanguageServer):
                 msg = f"Ditto: could not load model {settings.model!r}: {self.model_error}"
                 log.error("%s", msg, exc_info=not _is_model_error(err))
                 self.window_show_message(types.ShowMessageParams(type=types.MessageType.Error, message=msg))
+                self._settle_waiting("failed")
             if progress:
                 self.work_done_progress.end(token, types.WorkDoneProgressEnd(message="failed"))
             return
         if progress:
             self.work_done_progress.end(token, types.WorkDoneProgressEnd(message="ready" if lm else "skipped"))
-        if lm is None or seq != self._load_wanted:
+        if seq != self._load_wanted:
+            return  # a newer load answers the waiting requests
+        if lm is None:
+            self._settle_waiting("stopped")  # the worker was stopped during the load
             return
         self.model_state = "ready"
         self.model_error = None
         self.model_info = {"model": lm.spec, "name": lm.name, **lm.describe(), "load_seconds": round(lm.load_seconds, 2)}
         log.info("model %s ready on %s (%s) in %.1f s", lm.spec, self.model_info["device"], self.model_info["backend"],
                  lm.load_seconds)
+        self.protocol.notify(MODEL_READY, {"model": lm.spec})
+        self._settle_waiting("ready")
+
+    def _debug_load_delay(self, seq: int, cancel: threading.Event) -> bool:
+        """On the worker, before a load: the `debug_load_delay_s` hook (tests make loading slow).
+
+        The setting is read again while sleeping, so a test ends the sleep early by setting it
+        to 0. False when the worker stops or a newer load is asked for meanwhile.
+        """
+        t0 = time.monotonic()
+        while (left := self.settings.debug_load_delay_s - (time.monotonic() - t0)) > 0:
+            if seq != self._load_wanted or cancel.wait(min(left, 0.05)):
+                return False
+        return True
+
+    # -- requests made while the model loads -----------------------------------------------
+    async def _wait_for_model(self, uri: str, seq: int) -> str:
+        """Wait for the load under way: "ready" | "failed" | "stopped" | "superseded" | "timeout".
+
+        Only the newest request per document waits: `suggest` answers an older one
+        "superseded" at once, and so is one that was woken but overtaken by a newer request
+        (`seq` is no longer the document's newest) before it ran.
+        """
+        fut = asyncio.get_running_loop().create_future()
+        self._waiting[uri] = fut
+        self.counters.waited += 1
+        try:
+            outcome = await asyncio.wait_for(fut, self.settings.load_wait_s)
+        except asyncio.TimeoutError:
+            outcome = "timeout"
+        finally:
+            if self._waiting.get(uri) is fut:
+                del self._waiting[uri]
+        if outcome == "ready" and self._request_seq.get(uri) != seq:
+            outcome = "superseded"
+        return outcome
+
+    def _settle_waiting(self, outcome: str) -> None:
+        """Answer every request waiting for the model with the load's outcome."""
+        waiting, self._waiting = self._waiting, {}
+        for fut in waiting.values():
+            if not fut.done():
+                fut.set_result(outcome)
 
     def _progress_supported(self) -> bool:
         caps = self.client_capabilities
@@ -463,6 +516,26 @@ class DittoServer(LanguageServer):
         """The ghost text for `snap`, or None (not ready, superseded, stale, empty)."""
         c = self.counters
         c.requests += 1
+        seq = self._request_seq[snap.uri] = self._request_seq.get(snap.uri, 0) + 1
+        older = self._waiting.get(snap.uri)
+        if older is not None and not older.done():
+            older.set_result("superseded")  # even when this one need not wait
+        if self.model_state in ("not loaded", "loading") and self.settings.load_wait_s > 0:
+            try:
+                outcome = await self._wait_for_model(snap.uri, seq)
+            except asyncio.CancelledError:
+                c.cancelled += 1
+                raise
+            if outcome == "superseded":
+                c.superseded += 1
+                return None
+            if outcome != "ready":
+                c.not_ready += 1
+                return None
+            doc = self.document(snap.uri)
+            if doc is None or doc.version != snap.version:
+                c.dropped_stale += 1  # the document changed while the model loaded
+                return None
         if self.model_state != "ready" or self.completer is None:
             c.not_ready += 1
             return None
@@ -531,7 +604,7 @@ class DittoServer(LanguageServer):
     def _record(self, snap: Snapshot, sug, completer) -> None:
         if getattr(sug, "typethrough", False):
             return  # the trace of the completion on screen stays the one to show
-        from .trace import trace_data
+        from .rounds import trace_data
 
         lm = completer.lm
         s = sug.completion.stats
@@ -569,11 +642,13 @@ class DittoServer(LanguageServer):
             "superseded": c.superseded,
             "dropped_stale": c.dropped_stale,
             "not_ready": c.not_ready,
+            "waited": c.waited,
+            "waiting": sum(not f.done() for f in self._waiting.values()),
             "invalid": c.invalid,
             "errors": c.errors,
             "stale_passes": c.stale_passes,
             "stale_passes_max": c.stale_passes_max,
-            "latency_ms": {"p50": percentile(c.latencies_ms, 50), "p95": percentile(c.latencies_ms, 95),
+            "latency_ms": {"p50": percentile(c.latencies_ms, 50, 1), "p95": percentile(c.latencies_ms, 95, 1),
                            "count": len(c.latencies_ms)},
             "acceptance_rate": round(c.accepted / c.drafted, 4) if c.drafted else None,
             "tokens_per_target_pass": round(c.generated / c.target_passes, 4) if c.target_passes else None,
@@ -712,6 +787,7 @@ def build_server(settings: Settings | None = None) -> DittoServer:
     def on_close(ls: DittoServer, params: types.DidCloseTextDocumentParams):
         ls.mark_dirty(params.text_document.uri, None)
         ls.traces.pop(params.text_document.uri, None)
+        ls._request_seq.pop(params.text_document.uri, None)
 
     @server.feature(types.TEXT_DOCUMENT_INLINE_COMPLETION, types.InlineCompletionOptions())
     async def inline_completion(ls: DittoServer, params: types.InlineCompletionParams):

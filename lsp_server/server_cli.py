@@ -14,6 +14,7 @@ import sys
 
 def configure(p: argparse.ArgumentParser) -> None:
     from .cli import add_decode_args, add_model_args
+    from .settings import Settings
 
     p.description = ("Run the language server. Speaks LSP on stdin/stdout unless --tcp is given. "
                      "Every model and decoding option here can also be set by the editor as initializationOptions "
@@ -32,10 +33,16 @@ def configure(p: argparse.ArgumentParser) -> None:
     srv = p.add_argument_group("server")
     srv.add_argument("--no-idle-prefill", action="store_true",
                      help="do not prefill the likely next prompt while the editor is idle (on by default)")
+    srv.add_argument("--load-wait", dest="load_wait_s", type=float, default=Settings.load_wait_s, metavar="SECONDS",
+                     help="how long a completion request made while the model loads waits for it; then it is "
+                          "answered null (default 120; 0 = at once)")
     t = p.add_argument_group("testing")
     t.add_argument("--debug-hooks", action="store_true",
                    help="let the client set the debug* settings (test hooks: slowed or failing model passes, "
                         "ditto/debug/document); off, they are ignored with a warning. Never needed in an editor")
+    t.add_argument("--debug-load-delay", type=float, default=0.0, metavar="SECONDS",
+                   help="with --debug-hooks: sleep this long before the model loads (the debug_load_delay_s setting; "
+                        "editor tests make requests while the model loads)")
 
 
 def run(args) -> int:

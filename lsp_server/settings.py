@@ -62,12 +62,15 @@ class Settings:
     multiline: bool = True  # ghost text may span lines (until the current block ends)
     adaptive: bool = True  # choose each draft's length from measured pass costs; False = verify draft_max tokens
     idle_prefill: bool = True  # prefill the likely next prompt while the user pauses (the worker is otherwise idle)
+    # -- while the model loads -----------------------------------------------------------
+    load_wait_s: float = 120.0  # a request made while the model loads waits this long for it, then gets null (0 = at once)
     # -- testing (CLI only: `ditto-lsp serve --debug-hooks`) -----------------------------
     debug_hooks: bool = False  # let clients set the debug_* settings below
     debug_step_delay_ms: float = 0.0  # sleep before every model pass (tests make decoding slow to cancel it)
     debug_notify_steps: bool = False  # send a `ditto/debug/step` notification before every model pass
     debug_documents: bool = False  # answer `ditto/debug/document` (the server's text of an open document)
     debug_fail_forward: bool = False  # every model pass raises a simulated out-of-memory error after running
+    debug_load_delay_s: float = 0.0  # sleep on the worker before the model loads (tests make loading slow; 0 ends it)
 
     MODEL_KEYS = ("model", "device", "dtype", "backend", "trust_remote_code", "remote")
 
@@ -118,7 +121,12 @@ class Settings:
                 options[name] = getattr(args, _CLI_DEST.get(name, name))
         if options["time_budget_s"] is None:  # no --time-budget: the server keeps its default budget
             options["time_budget_s"] = cls.time_budget_s
-        return cls(debug_hooks=bool(getattr(args, "debug_hooks", False))).merged(options)
+        base = cls(debug_hooks=bool(getattr(args, "debug_hooks", False)))
+        if getattr(args, "debug_load_delay", 0.0):
+            if not base.debug_hooks:
+                raise SettingsError("--debug-load-delay needs --debug-hooks")
+            options["debug_load_delay_s"] = args.debug_load_delay
+        return base.merged(options)
 
     def merged(self, options, unknown: list[str] | None = None, refused: list[str] | None = None) -> "Settings":
         """A copy with `options` (a dict from the client) applied; SettingsError if invalid.
@@ -159,6 +167,8 @@ class Settings:
             ("top_k", self.top_k >= 0, ">= 0"),
             ("time_budget_s", self.time_budget_s is None or self.time_budget_s > 0, "> 0 or null"),
             ("debug_step_delay_ms", 0 <= self.debug_step_delay_ms <= 10_000, "in [0, 10000]"),
+            ("load_wait_s", 0 <= self.load_wait_s <= 86_400, "in [0, 86400]"),
+            ("debug_load_delay_s", 0 <= self.debug_load_delay_s <= 86_400, "in [0, 86400]"),
             ("model", bool(self.model.strip()), "a non-empty model spec"),
             ("backend", self.backend in ("auto", "torch", "llama.cpp"), "auto, torch or llama.cpp"),
         ]
@@ -183,6 +193,7 @@ _TYPES = {
     "debug_notify_steps": bool, "debug_documents": bool, "debug_fail_forward": bool,
     "max_tokens": int, "draft_max": int, "top_k": int, "seed": (int, type(None)),
     "temperature": float, "top_p": float, "time_budget_s": (float, type(None)), "debug_step_delay_ms": float,
+    "load_wait_s": float, "debug_load_delay_s": float,
     "remote": dict,
 }
 

@@ -42,6 +42,8 @@ import threading
 import time
 from pathlib import Path
 
+from .numbers import percentile
+
 SERVE = [sys.executable, "-m", "lsp_server.cli", "serve"]
 
 
@@ -222,13 +224,6 @@ def proc_status(pid: int) -> dict:
     return {"rss_mib": round(int(fields["VmRSS"].split()[0]) / 1024, 1), "threads": int(fields["Threads"])}
 
 
-def percentile(xs: list[float], q: float):
-    if not xs:
-        return None
-    xs = sorted(xs)
-    return round(xs[min(len(xs) - 1, max(0, round(q / 100 * (len(xs) - 1))))], 1)
-
-
 # -- the storm ---------------------------------------------------------------------------------
 
 SOURCE = '''import os
@@ -383,9 +378,9 @@ def storm(model: str = "tiny-random", edits: int = 300, docs: int = 4, seed: int
             "answered_cancelled_error": cancel_errors, "answered_other_error": len(errors) - cancel_errors,
             "server": delta, "stale_passes_max": after["stale_passes_max"],
             "worker_pending_max": after["worker_pending_max"],
-            "latency_ms": {"p50": percentile(lat, 50), "p95": percentile(lat, 95), "p99": percentile(lat, 99),
-                           "max": percentile(lat, 100)},
-            "suggestion_latency_ms": {"p50": percentile(lat_items, 50), "p95": percentile(lat_items, 95),
+            "latency_ms": {"p50": percentile(lat, 50, 1), "p95": percentile(lat, 95, 1), "p99": percentile(lat, 99, 1),
+                           "max": percentile(lat, 100, 1)},
+            "suggestion_latency_ms": {"p50": percentile(lat_items, 50, 1), "p95": percentile(lat_items, 95, 1),
                                       "count": len(lat_items)},
             "remote": after.get("remote"), "alive_until_shutdown": alive,
             "served_latency_ms": after["latency_ms"],

@@ -109,3 +109,22 @@ def test_completer_heals_trailing_blanks(lm):
     doc2 = "x = \n"
     sug2 = c.complete(doc2, 0, 4, options=DecodeOptions(max_new_tokens=4, draft_max=0))
     assert sug2.prompt.ids == build_prompt(lm, "x =\n", 0, 3).ids
+
+
+def test_stops_before_a_line_the_suggestion_already_wrote():
+    p = mk("")
+    looping = "import os\nimport sys\nimport os\nimport os"
+    assert finish(looping, p) == "import os\nimport sys"
+    assert ghost_cut(looping + "\n", p) == len("import os\nimport sys")
+    # Still being written: the repeat is not judged before its line is complete.
+    assert ghost_cut("import os\nimport sys\nimport os", p) is None
+    # Similar lines that differ, and lines that name nothing, repeat legitimately.
+    args = ('parser.add_argument("--model")\nparser.add_argument("--device")\n'
+            'parser.add_argument("--dtype")')
+    assert finish(args, p) == args
+    block = ("with lock:\n    f(\n        x,\n        None,\n    )\n\nwith lock:\n    f(\n        y,\n        None,\n    )\n"
+             "    if c:\n        return None\n    else:\n        return None")
+    assert finish(block, p) == block
+    # The same line at another depth is another statement.
+    nested = "x = load()\n    if not x:\n        x = load()"
+    assert finish(nested, mk("    ")) == nested

@@ -1,7 +1,8 @@
 """The Neovim plugin as shipped (editors/nvim on 'runtimepath', set up exactly as the README says),
 driven headless against `ditto-lsp serve --model tiny-random`:
 
-- Neovim 0.12-dev (has vim.lsp.inline_completion): ghost text appears and the accept key inserts it.
+- Neovim 0.12-dev (has vim.lsp.inline_completion): ghost text appears and the accept key inserts it;
+  also when insert mode starts while the model still loads and no key is typed after it.
 - Neovim 0.11.4 (no inline completion): the vim.lsp.completion fallback inserts the suggestion.
 - :checkhealth ditto reports the server command, the model and the features found.
 
@@ -43,7 +44,7 @@ require('ditto').setup({
 # deadline (never a fixed sleep) and writes what it saw to $DITTO_TEST_OUT, then quits.
 DRIVER = r"""
 local out_path = assert(vim.env.DITTO_TEST_OUT)
-local mode = assert(vim.env.DITTO_TEST_MODE)  -- 'inline' | 'completion' | 'health'
+local mode = assert(vim.env.DITTO_TEST_MODE)  -- 'inline' | 'completion' | 'health' | 'loading'
 local report = { log = {} }
 local function log(...) table.insert(report.log, table.concat(vim.tbl_map(tostring, { ... }), ' ')) end
 
@@ -67,6 +68,20 @@ local function wait_for(what, timeout_ms, cond)
 end
 
 local function lines() return vim.api.nvim_buf_get_lines(0, 0, -1, true) end
+
+local function sleep(ms)
+  vim.defer_fn(function() assert(coroutine.resume(co)) end, ms)
+  coroutine.yield()
+end
+
+-- A request from the driver (not the plugin), awaited in the coroutine.
+local function request(client, method, params)
+  local res
+  client:request(method, params, function(err, result) res = { err = err, result = result } end, 0)
+  local r = wait_for(method, 30000, function() return res end)
+  if r.err then error(method .. ': ' .. vim.inspect(r.err), 0) end
+  return r.result
+end
 
 -- Record the server's answers as they reach the client (the plugin itself is not touched).
 local responses = {}
@@ -124,6 +139,60 @@ local function main()
   local original = lines()
   local candidates = vim.json.decode(vim.env.DITTO_TEST_LINES)
   local deadline = vim.uv.now() + tonumber(vim.env.DITTO_TEST_BUDGET_MS)
+  if mode == 'loading' then
+    -- The server sleeps before it loads the model (--debug-load-delay 600) until this driver ends
+    -- the sleep, so insert mode surely starts while the model loads. No key is typed.
+    local ditto = require('ditto')
+    local model_ready = ditto.model_ready
+    report.model_ready = 0
+    ditto.model_ready = function(...)
+      report.model_ready = report.model_ready + 1
+      return model_ready(...)
+    end
+    report.state_before = request(client, 'ditto/stats', {}).model_state
+    if report.state_before ~= 'loading' then error('the model was not loading: ' .. report.state_before, 0) end
+    vim.api.nvim_win_set_cursor(0, { candidates[1], 0 })
+    vim.cmd('startinsert!')  -- insert mode at the end of the line, as `A` would
+    wait_for('insert mode', 5000, function() return vim.api.nvim_get_mode().mode == 'i' end)
+    local s
+    while true do  -- the request sent on InsertEnter now waits in the server for the model
+      s = request(client, 'ditto/stats', {})
+      if s.model_state ~= 'loading' then error('the model stopped loading by itself: ' .. s.model_state, 0) end
+      if s.waiting >= 1 then break end
+      if vim.uv.now() > deadline then error('no request waited for the model', 0) end
+      sleep(50)
+    end
+    report.waiting = s.waiting
+    report.line = candidates[1]
+    report.before = original
+    local answered_before = #responses  -- requests replaced while loading (answered null at once)
+    client:notify('workspace/didChangeConfiguration', { settings = { debugLoadDelayS = 0 } })
+    -- two answers: the request that waited, and the plugin's re-ask on ditto/modelReady (one of
+    -- them may be null: the re-ask replaces the other if it comes while that one is computed)
+    local marks = wait_for('ghost text and two answers', 120000, function()
+      local m = vim.api.nvim_buf_get_extmarks(0, ns, 0, -1, { details = true })
+      return #m > 0 and #responses >= answered_before + 2 and m or nil
+    end)
+    local ghost = {}
+    for _, chunk in ipairs(marks[1][4].virt_text or {}) do ghost[#ghost + 1] = chunk[1] end
+    report.ghost = table.concat(ghost)
+    -- the answer shown: the newest one with an item (the held request's, or the re-ask's)
+    for i = #responses, 1, -1 do
+      local it = items_of(responses[i].result)[1]
+      if it then report.response = responses[i]; break end
+    end
+    local item = items_of(report.response.result)[1]
+    report.expected = apply(original, item.range, item.insertText)
+    report.answers_after_ready = #responses - answered_before
+    vim.api.nvim_input('<Tab>')  -- the README's accept key
+    wait_for('the buffer to change', 10000, function()
+      return vim.api.nvim_get_mode().mode == 'i' and not vim.deep_equal(lines(), original)
+    end)
+    vim.api.nvim_input('<Esc>')
+    report.after = lines()
+    report.stats = request(client, 'ditto/stats', {})
+    return
+  end
   -- Until the model is loaded the server answers null, and tiny-random's noise is sometimes cut
   -- to nothing: try candidate positions (ends of lines) until the server suggests something.
   local item, row
@@ -235,14 +304,20 @@ def end_of_line_candidates(text: str) -> list[int]:
     return [i for i, line in enumerate(text.splitlines(), 1) if line.rstrip() and line[-1] in ":(,=[{"]
 
 
-def run_nvim(nvim: Path, mode: str, tmp_path: Path, budget_s: float = 40) -> dict:
+def run_nvim(nvim: Path, mode: str, tmp_path: Path, budget_s: float = 40, lines: list[int] | None = None,
+             serve_args: tuple[str, ...] = ()) -> dict:
+    """Run the DRIVER in `mode`; `lines`: the candidate lines (default: end_of_line_candidates);
+    `serve_args`: added to `ditto-lsp serve` (through setup's `cmd`)."""
     exe = require_serve()
     work = tmp_path / "project"
     work.mkdir()
     src = work / "shapes.py"
     src.write_text(EXAMPLE.read_text(encoding="utf-8"), encoding="utf-8")
     init = tmp_path / "init.lua"
-    init.write_text(README_INIT.replace("~/src/ditto", str(ROOT)).replace("'default'", "'tiny-random'"),
+    setup = "model = 'tiny-random',"
+    if serve_args:
+        setup += " cmd = " + "{ " + ", ".join(f"'{a}'" for a in ("ditto-lsp", "serve", *serve_args)) + " },"
+    init.write_text(README_INIT.replace("~/src/ditto", str(ROOT)).replace("model = 'default',", setup),
                     encoding="utf-8")
     driver = tmp_path / "driver.lua"
     driver.write_text(DRIVER, encoding="utf-8")
@@ -257,7 +332,7 @@ def run_nvim(nvim: Path, mode: str, tmp_path: Path, budget_s: float = 40) -> dic
         XDG_CACHE_HOME=str(tmp_path / "cache"),
         DITTO_TEST_OUT=str(out),
         DITTO_TEST_MODE=mode,
-        DITTO_TEST_LINES=json.dumps(end_of_line_candidates(src.read_text())),
+        DITTO_TEST_LINES=json.dumps(lines or end_of_line_candidates(src.read_text())),
         DITTO_TEST_BUDGET_MS=str(int(budget_s * 1000)),
     )
     cmd = [str(nvim), "--headless", "-u", str(init), "-i", "NONE", "-n", "-c", f"luafile {driver}", str(src)]
@@ -295,6 +370,41 @@ def test_nvim_012_ghost_text_appears_and_is_accepted(tmp_path):
     # accepted: the buffer is the file with exactly the server's text inserted over its range
     assert r["after"] == r["expected"]
     assert r["after"] != r["before"]
+
+
+def test_nvim_012_ghost_text_comes_when_insert_mode_starts_while_the_model_loads(tmp_path):
+    """Insert mode starts before the model is ready (its load is slow on purpose) and no key is
+    typed: the suggestion still appears, and Tab accepts it (issue 16)."""
+    require(NVIM_012)
+    line = first_suggesting_line(EXAMPLE.read_text(encoding="utf-8"))
+    r = run_nvim(NVIM_012, "loading", tmp_path, budget_s=150, lines=[line],
+                 serve_args=("--debug-hooks", "--debug-load-delay", "600"))
+    assert r["state_before"] == "loading" and r["waiting"] >= 1  # the request waited for the model
+    # the plugin heard ditto/modelReady once and asked again: two answers after it
+    assert r["model_ready"] == 1 and r["answers_after_ready"] == 2
+    item = r["response"]["result"]
+    item = (item.get("items") if isinstance(item, dict) else item)[0]
+    first = shown(item["insertText"].split("\n")[0])
+    assert r["ghost"] and first.endswith(r["ghost"]), (r["ghost"], item["insertText"])
+    assert r["after"] == r["expected"] and r["after"] != r["before"]
+    assert r["stats"]["waited"] >= 1 and r["stats"]["completed"] >= 1
+
+
+def first_suggesting_line(text: str) -> int:
+    """The first of end_of_line_candidates where tiny-random's suggestion (the server's default
+    settings) has a visible first line, computed in-process: the ghost text Neovim must show."""
+    from lsp_server.completer import Completer
+    from lsp_server.model import load
+    from lsp_server.settings import Settings
+
+    completer = Completer(load("tiny-random"))
+    rows = text.split("\n")
+    for line in end_of_line_candidates(text):
+        sug = completer.complete(text, line - 1, len(rows[line - 1]), name="shapes.py",
+                                 options=Settings().decode_options())
+        if sug.text.split("\n")[0].strip():
+            return line
+    raise AssertionError("tiny-random suggests nothing visible at any candidate line")
 
 
 def test_nvim_011_completion_fallback_inserts_the_suggestion(tmp_path):

@@ -340,10 +340,10 @@ def test_verify_pass_is_batch_invariant(lm):
 def test_speculation_chooses_the_length_with_most_tokens_per_ms():
     flat = Speculation({1: 10.0, 9: 10.0})  # a GPU: verifying 9 tokens costs what 1 does
     steep = Speculation({1: 10.0, 2: 25.0, 9: 90.0})  # a pass costs more than the tokens it may buy
-    long_match = Proposal(list(range(8)), "ctx", match_len=6)
+    long_match = Proposal(list(range(8)), "context", match_len=6)
     assert flat.choose(long_match) == 8
     assert steep.choose(long_match) == 0
-    assert flat.choose(Proposal([], "ctx", 0)) == 0
+    assert flat.choose(Proposal([], "context", 0)) == 0
     mid = Speculation({1: 10.0, 2: 12.0, 3: 14.0, 5: 30.0, 9: 80.0})
     k = mid.choose(long_match)
     assert 1 <= k < 8
@@ -351,19 +351,20 @@ def test_speculation_chooses_the_length_with_most_tokens_per_ms():
 
 
 def test_speculation_learns_acceptance_and_recovers():
-    spec = Speculation({1: 10.0, 2: 11.0, 3: 12.0, 9: 20.0})
-    prior = Speculation.PRIOR[2]
-    assert spec.choose(Proposal([1, 2, 3], "ctx", match_len=2), "ngram") > 0
-    two = Proposal([1, 2, 3], "ctx", match_len=2)
-    for _ in range(30):
+    spec = Speculation({1: 10.0, 2: 11.0, 3: 12.0, 9: 20.0}, learn=False)
+    assert spec.choose(Proposal([1, 2, 3], "context", match_len=2), "ngram") > 0
+    two = Proposal([1, 2, 3], "context", match_len=2)
+    for _ in range(60):
         spec.observe(two, verified=3, accepted=0, drafter="ngram")  # drafts after 2-gram matches keep failing
     assert spec.acceptance[("ngram", 2)] < 0.05
-    assert spec.choose(Proposal([1, 2, 3], "ctx", match_len=2), "ngram") == 0
-    assert spec.choose(Proposal([1, 2, 3], "ctx", match_len=2), "model") > 0  # another drafter keeps its own
-    for _ in range(200):
-        spec.observe(two, verified=0, accepted=0, drafter="ngram")  # offered, trimmed to nothing
-    assert abs(spec.acceptance[("ngram", 2)] - prior) < 0.02  # drifts back: drafting is tried again
-    spec.observe(Proposal([1, 2, 3, 4], "ctx", match_len=6), verified=4, accepted=4, drafter="ngram")
+    assert spec.choose(Proposal([1, 2, 3], "context", match_len=2), "ngram") == 0
+    assert spec.choose(Proposal([1, 2, 3], "context", match_len=2), "model") > 0  # another drafter keeps its own
+    # Offered drafts are scored whether or not they are verified (drafters/speculation.py
+    # Scorer): when such drafts turn out right again, drafting resumes.
+    for _ in range(60):
+        spec.observe(two, verified=3, accepted=3, drafter="ngram")
+    assert spec.choose(Proposal([1, 2, 3], "context", match_len=2), "ngram") > 0
+    spec.observe(Proposal([1, 2, 3, 4], "context", match_len=6), verified=4, accepted=4, drafter="ngram")
     assert spec.acceptance[("ngram", 6)] > Speculation.PRIOR[6]
 
 

@@ -16,15 +16,17 @@ import torch
 
 from lsp_server.backend import Backend, ModelError, Tokenizer
 
-pytest.importorskip("llama_cpp")
+from lsp_server import llama_backend
+from lsp_server.model import choose_backend, load
+from lsp_server.settings import Settings, SettingsError
+from lsp_server.tiny_gguf import write_tiny_gguf
 
-from lsp_server import llama_backend  # noqa: E402
-from lsp_server.model import choose_backend, load  # noqa: E402
-from lsp_server.tiny_gguf import write_tiny_gguf  # noqa: E402
+needs_llama = pytest.mark.skipif(not llama_backend.available(), reason="llama-cpp-python is not installed")
 
 
 @pytest.fixture(scope="module")
 def gguf(tmp_path_factory):
+    pytest.importorskip("llama_cpp")
     return write_tiny_gguf(tmp_path_factory.mktemp("gguf") / "tiny.gguf")
 
 
@@ -166,6 +168,7 @@ def test_copies_share_the_model_and_do_not_free_it(lm):
 # -- choosing a backend ------------------------------------------------------------------------
 
 
+@needs_llama
 def test_auto_picks_llama_cpp_for_gguf_models_on_the_cpu(monkeypatch):
     monkeypatch.delenv("DITTO_BACKEND", raising=False)
     for spec in ("default", "qwen2.5-coder-1.5b", "x.gguf", "ollama:qwen2.5-coder"):
@@ -177,10 +180,21 @@ def test_auto_picks_llama_cpp_for_gguf_models_on_the_cpu(monkeypatch):
     assert choose_backend("llama.cpp", "tiny-random", "cpu") == "llama.cpp"
     monkeypatch.setenv("DITTO_BACKEND", "torch")
     assert choose_backend(None, "default", "cpu") == "torch"
-    monkeypatch.setattr(llama_backend, "available", lambda: False)
-    assert choose_backend("auto", "default", "cpu") == "torch"
     with pytest.raises(ModelError, match="unknown backend"):
         choose_backend("onnx", "default", "cpu")
+
+
+def test_backend_is_a_setting_that_reloads_the_model():
+    s = Settings().merged({"backend": "llama.cpp"})
+    assert s.backend == "llama.cpp" and s.model_key() != Settings().model_key()
+    with pytest.raises(SettingsError, match="'backend' must be auto, torch or llama.cpp"):
+        Settings().merged({"backend": "onnx"})
+
+
+def test_without_llama_cpp_python_auto_is_torch(monkeypatch):
+    monkeypatch.delenv("DITTO_BACKEND", raising=False)
+    monkeypatch.setattr(llama_backend, "available", lambda: False)
+    assert choose_backend("auto", "default", "cpu") == "torch"
 
 
 # -- one-line errors ---------------------------------------------------------------------------
@@ -192,6 +206,7 @@ def one_line(err: ModelError) -> str:
     return text
 
 
+@needs_llama
 def test_a_missing_file_names_what_to_give(tmp_path):
     with pytest.raises(ModelError) as e:
         load(str(tmp_path / "nope.gguf"), backend="llama.cpp")
@@ -212,6 +227,7 @@ def test_a_corrupt_or_truncated_gguf_says_to_get_it_again(tmp_path, gguf):
         assert "get it again" in text and path.name in text, text
 
 
+@needs_llama
 def test_an_architecture_llama_cpp_does_not_know_is_named(tmp_path):
     path = write_tiny_gguf(tmp_path / "odd.gguf", architecture="nonesuch")
     with pytest.raises(ModelError) as e:
@@ -220,14 +236,16 @@ def test_an_architecture_llama_cpp_does_not_know_is_named(tmp_path):
     assert "does not support the architecture 'nonesuch'" in text and "--backend torch" in text
 
 
-def test_llama_cpp_python_not_installed_says_how_to_install_it(monkeypatch, gguf):
+def test_llama_cpp_python_not_installed_says_how_to_install_it(monkeypatch, tmp_path):
+    path = write_tiny_gguf(tmp_path / "t.gguf")
     monkeypatch.setitem(sys.modules, "llama_cpp", None)  # import llama_cpp raises ImportError
     with pytest.raises(ModelError) as e:
-        load(str(gguf), backend="llama.cpp")
+        load(str(path), backend="llama.cpp")
     text = one_line(e.value)
     assert "pip install llama-cpp-python==" in text and "--backend torch" in text
 
 
+@needs_llama
 def test_a_model_directory_is_not_for_llama_cpp(tmp_path):
     with pytest.raises(ModelError) as e:
         load(str(tmp_path), backend="llama.cpp")

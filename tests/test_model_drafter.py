@@ -26,7 +26,8 @@ from test_sampling import LENGTH, N, PROMPT, V, chi_square_pvalue, exact_distrib
 
 def policy(target_ms, draft_ms, draft_token_ms=0.0) -> Speculation:
     """A speculation policy with injected costs (ms): target_ms[n - 1] = T(n)."""
-    return Speculation({n + 1: t for n, t in enumerate(target_ms)}, draft_ms=draft_ms, draft_token_ms=draft_token_ms)
+    return Speculation({n + 1: t for n, t in enumerate(target_ms)}, draft_ms=draft_ms, draft_token_ms=draft_token_ms,
+                       learn=False)  # injected costs stay injected: no pass time is learned
 
 
 # Costs (ms) where drafting pays: a verify pass over n tokens costs little more than one.

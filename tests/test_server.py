@@ -368,3 +368,7 @@ async def test_stats_report_latency_acceptance_and_tokens_per_pass(client):
     assert s["tokens_per_target_pass"] >= 1
     assert s["acceptance_rate"] is None or 0 <= s["acceptance_rate"] <= 1
     assert s["requests"] >= s["completed"] + s["cancelled"] + s["superseded"] + s["dropped_stale"]
+    # The speculation policy's live estimates: pass costs learned from the passes run so far.
+    sp = s["speculation"]
+    assert sp["learning_costs"] and sum(sp["passes_timed"].values()) >= 1
+    assert len(sp["costs_ms"]) >= 2 and all(v > 0 for v in sp["costs_ms"].values())  # T(n) at every measured n

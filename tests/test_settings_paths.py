@@ -55,6 +55,7 @@ CHANGED = {
     "multiline": (["--single-line"], False),
     "adaptive": (["--no-adaptive"], False),
     "idle_prefill": (["--no-idle-prefill"], False),
+    "load_wait_s": (["--load-wait", "30"], 30.0),
 }
 VALUES = {k: v for k, (_, v) in CHANGED.items()}
 # Each of these again with drafter = model (the table above has hybrid).
@@ -115,7 +116,8 @@ def test_every_serve_setting_flag_is_a_settings_field_and_back():
     groups = {g.title: g for g in serve_parser()._action_groups}
     flags = {o for title in ("model", "decoding", "server") for a in groups[title]._group_actions for o in a.option_strings}
     assert flags == {argv[0] for argv, _ in CHANGED.values()}
-    assert {o for a in groups["testing"]._group_actions for o in a.option_strings} == {"--debug-hooks"}
+    assert {o for a in groups["testing"]._group_actions for o in a.option_strings} == {"--debug-hooks",
+                                                                                        "--debug-load-delay"}
 
 
 def test_serve_without_flags_is_the_default_settings():
@@ -141,6 +143,12 @@ def test_serve_debug_hooks_lets_a_client_set_the_debug_settings():
     s = serve("--debug-hooks")
     only_changed(s, debug_hooks=True)
     assert s.merged({"debugDocuments": True}).debug_documents is True
+
+
+def test_serve_debug_load_delay_needs_debug_hooks():
+    only_changed(serve("--debug-hooks", "--debug-load-delay", "600"), debug_hooks=True, debug_load_delay_s=600.0)
+    with pytest.raises(SettingsError, match="--debug-hooks"):
+        serve("--debug-load-delay", "600")
 
 
 # -- 2. initializationOptions (the server's own path) ----------------------------------------------

@@ -244,6 +244,8 @@ def run(args) -> int:
                  "wall_s": round(time.time() - started, 1)})
     if session_mode:
         meta.update({"sessions_run": len(done_sessions), "sessions": [s.public() for s in done_sessions]})
+    if completer.engine.speculation is not None:  # the policy's live estimates at the end (learned costs, rates)
+        meta["speculation"] = completer.engine.speculation.snapshot()
     hybrid = next(iter(completer.hybrids()), None)
     if hybrid is not None:
         st = hybrid.stats

@@ -14,22 +14,13 @@ import math
 import statistics
 from typing import Iterable
 
+from ..numbers import percentile  # noqa: F401  (one definition; reports and tests use it from here)
+
 BUCKETS = ((0.0, 0.25), (0.25, 0.5), (0.5, 0.75), (0.75, 1.0001))
 
 
 def bucket_name(lo: float, hi: float) -> str:
     return f"{lo:.2f}-{min(hi, 1.0):.2f}"
-
-
-def percentile(values: Iterable[float], q: float) -> float | None:
-    """Linear-interpolated percentile (q in 0..100), None for no values."""
-    xs = sorted(values)
-    if not xs:
-        return None
-    pos = (len(xs) - 1) * q / 100
-    lo = math.floor(pos)
-    hi = min(lo + 1, len(xs) - 1)
-    return xs[lo] + (xs[hi] - xs[lo]) * (pos - lo)
 
 
 def geomean(values: Iterable[float]) -> float | None:

@@ -80,6 +80,8 @@ class Bench:
 
                     run.text = finish(self.lm.decode(run.tokens), ref.prompt, self.completer.settings.multiline)
                 rec = {**base, "system": s, **run.as_dict(), "raw": self.lm.decode(run.tokens)}
+                if s == "off":  # the prompt, so that drafting policies can be replayed offline on off's tokens
+                    rec["prompt_ids"] = list(ref.prompt.ids)
                 rec["identical"] = same_output(run, ref_run)
                 if s != "off" and not rec["identical"]:
                     rec["reference_text"] = ref_run.text

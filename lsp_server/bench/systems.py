@@ -118,6 +118,7 @@ class Run:
     accepted_at: list[int]
     stop_reason: str
     steps: dict | None = None  # target passes by draft source: {"ngram": n, "model": n, "plain": n}
+    rounds: list | None = None  # per target pass: [match_len, offered, verified, accepted, ms] (Ditto systems)
 
     def as_dict(self) -> dict:
         from dataclasses import asdict
@@ -135,6 +136,12 @@ def run_ditto(completer, task, system: str, options, cache_key: str | None, refe
     line = task.line if line is None else line
     col = task.col if col is None else col
     base = system.removesuffix("-noreuse")
+    if base in ("off", "oracle"):
+        # The reference and the ceiling neither ask nor teach the speculation policy (its
+        # pass costs and acceptance estimates): only the systems under test do.
+        from dataclasses import replace
+
+        options = replace(options, adaptive=False)
     if base == "oracle":
         if reference is None:
             raise ValueError("oracle needs off's completion of the same task")
@@ -157,7 +164,8 @@ def run_ditto(completer, task, system: str, options, cache_key: str | None, refe
     run = Run(sug.text, list(sug.completion.tokens), s.generated, sug.latency_ms, s.prefill_ms, s.decode_ms,
               s.prefill_tokens, s.reused_tokens, len(sug.prompt.ids), s.target_passes,
               s.drafted, s.accepted, list(s.drafted_at), list(s.accepted_at), s.stop_reason,
-              steps_by_source(sug.completion.rounds))
+              steps_by_source(sug.completion.rounds),
+              [[r.match_len, r.offered, len(r.proposed), r.accepted, r.ms] for r in sug.completion.rounds])
     return run, sug
 
 

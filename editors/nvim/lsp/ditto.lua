@@ -21,4 +21,10 @@ return {
     model = 'default',
     drafter = 'ngram',
   },
+  handlers = {
+    -- The server's notification that its model finished loading: re-ask once (lua/ditto/init.lua).
+    ['ditto/modelReady'] = function(_, _, ctx)
+      require('ditto').model_ready(ctx.client_id)
+    end,
+  },
 }

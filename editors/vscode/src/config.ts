@@ -42,6 +42,7 @@ export interface DittoSettings {
   seed: number | null;
   timeBudget: number | null;
   multiline: boolean;
+  loadWaitS: number;
 }
 
 /** The server's drafter names (none, ngram, model, hybrid): package.json's enum for `ditto.drafter`. */
@@ -70,6 +71,7 @@ export const DEFAULTS: DittoSettings = {
   seed: null,
   timeBudget: 5,
   multiline: true,
+  loadWaitS: 120,
 };
 
 /** The keys the server understands (its Settings dataclass, camelCase). */
@@ -92,6 +94,7 @@ export const SERVER_KEYS = [
   "seed",
   "timeBudget",
   "multiline",
+  "loadWaitS",
 ] as const;
 
 /** Changing one of these needs a new server process, not a configuration message. */
@@ -146,6 +149,7 @@ export function readSettings(get: Getter): DittoSettings {
     seed: typeof seed === "number" && Number.isInteger(seed) ? seed : DEFAULTS.seed,
     timeBudget: tb === null ? null : typeof tb === "number" && tb > 0 ? tb : DEFAULTS.timeBudget,
     multiline: bool(get("multiline"), DEFAULTS.multiline),
+    loadWaitS: num(get("loadWaitS"), DEFAULTS.loadWaitS, 0, false),
   };
 }
 

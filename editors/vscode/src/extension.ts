@@ -141,12 +141,21 @@ class Ditto implements vscode.Disposable {
         this.render();
       }),
     );
+    // The server's model finished loading. The server answers the requests made while it loaded,
+    // but VS Code may have dropped that answer (the editor moved on): ask once more.
+    client.onNotification("ditto/modelReady", () => {
+      this.log.info("model ready");
+      if (this.settings.enable && vscode.window.activeTextEditor) {
+        void vscode.commands.executeCommand("editor.action.inlineSuggest.trigger");
+      }
+    });
     client.onDidChangeState(({ newState }) => {
       if (newState === State.Running) this.startPolling();
       else this.stopPolling();
       this.render();
     });
     this.client = client;
+    this.followCursor(client);
     this.render();
     try {
       await client.start();
@@ -219,6 +228,28 @@ class Ditto implements vscode.Disposable {
   }
 
   // -- status bar -------------------------------------------------------------------------
+  private cursorTimer: ReturnType<typeof setTimeout> | undefined;
+  private cursorSub: vscode.Disposable | undefined;
+
+  /** Tell the server where the cursor rests (`ditto/didMoveCursor`) 150 ms after it stops, so it
+   * prefills the prompt of the next suggestion while you pause (docs/design.md in the repository). */
+  private followCursor(client: LanguageClient): void {
+    this.cursorSub?.dispose();
+    this.cursorSub = vscode.window.onDidChangeTextEditorSelection((e) => {
+      if (this.cursorTimer) clearTimeout(this.cursorTimer);
+      this.cursorTimer = setTimeout(() => {
+        const doc = e.textEditor.document;
+        if (!client.isRunning() || !this.settings.enable || !["file", "untitled"].includes(doc.uri.scheme)) return;
+        const pos = e.selections[0]?.active;
+        if (!pos) return;
+        void client.sendNotification("ditto/didMoveCursor", {
+          textDocument: { uri: client.code2ProtocolConverter.asUri(doc.uri) },
+          position: { line: pos.line, character: pos.character },
+        });
+      }, 150);
+    });
+  }
+
   private render(): void {
     let view: StatusView;
     if (this.failure) view = stateView("failed", this.failure);
@@ -338,6 +369,8 @@ class Ditto implements vscode.Disposable {
   dispose(): void {
     this.stopPolling();
     if (this.refreshTimer) clearTimeout(this.refreshTimer);
+    if (this.cursorTimer) clearTimeout(this.cursorTimer);
+    this.cursorSub?.dispose();
     this.tracePanel?.dispose();
     this.status.dispose();
     this.log.dispose();

@@ -1,7 +1,10 @@
 // Playwright driver for test/e2e.sh: code-server in Debian's chromium, a Python file, Ditto's
 // ghost text, Tab to accept it, screenshots. Exits 0 on success, 1 with a reason otherwise.
+// The text is typed while the status bar still says the model is loading (e2e.sh starts the
+// server with a slow load); the ghost text must then come without another keystroke.
 //
-//   node e2e-driver.mjs --url URL --file WORKSPACE_FILE --shots DIR --chromium /usr/bin/chromium
+//   node e2e-driver.mjs --url URL --file WORKSPACE_FILE --shots DIR --chromium /usr/bin/chromium \
+//     [--load-delay SECONDS]   (the server's --debug-load-delay: bounds the waits for the model)
 //
 // playwright-core is resolved from $PW_DIR (test/e2e.sh installs it outside the repository).
 import { createRequire } from "node:module";
@@ -16,8 +19,10 @@ const URL_ = arg("url");
 const FILE = arg("file");
 const SHOTS = arg("shots", "/tmp/ditto-vscode-e2e");
 const CHROMIUM = arg("chromium", "/usr/bin/chromium");
-const TYPED = "        return "; // typed on the empty last line, inside `def area` of class Square
-const MORE = ["s", "e", "l", "f", ".", "s"]; // typed one at a time while no suggestion shows
+const LOAD_DELAY_MS = Number(arg("load-delay", "0")) * 1000;
+// Typed on the empty last line, inside `def area` of class Square. tiny-random's suggestion
+// there is not empty (tests/test_editor_vscode.py checks it in-process).
+const TYPED = "        return ";
 const require = createRequire(path.join(process.env.PW_DIR ?? process.cwd(), "/"));
 const { chromium } = require("playwright-core");
 
@@ -91,57 +96,58 @@ async function main() {
     log(`${base} open`);
 
     // The server: starting -> loading (from $/progress) -> "Ditto tiny-random" (from ditto/stats).
-    let sawLoading = false;
-    const deadline = Date.now() + 150000;
+    // Type while it is loading: the server is up, its model not yet.
+    const READY = /Ditto tiny-random/; // ("Ditto: loading model tiny-random" while loading)
     let st = "";
+    const deadline = Date.now() + 150000;
     while (Date.now() < deadline) {
       st = await statusText();
-      if (!sawLoading && /loading|starting/i.test(st)) {
-        sawLoading = true;
-        log(`status bar: ${visible(st)}`);
-        await shot("1-loading.png");
-      }
-      if (/Ditto tiny-random/.test(st)) break; // ready ("Ditto: loading tiny-random" while loading)
-      if (/Ditto: stopped|failed to load/.test(st)) break;
-      await page.waitForTimeout(250);
+      if (/loading/i.test(st) || READY.test(st) || /Ditto: stopped|failed/.test(st)) break;
+      await page.waitForTimeout(100);
     }
     log(`status bar: ${visible(st)}`);
-    if (!/Ditto tiny-random/.test(st)) {
+    if (!/loading/i.test(st)) {
       await shot("fail-status.png");
-      throw new Error(`the status bar never showed the model (last: ${visible(st)})`);
+      throw new Error(READY.test(st)
+        ? "the model was loaded before anything was typed (raise DITTO_E2E_LOAD_DELAY)"
+        : `the status bar never showed the model loading (last: ${visible(st)})`);
     }
-    await shot("2-model-loaded.png");
+    await shot("1-loading.png");
 
     // Type at the end of the file (an empty line inside a method body).
     await editor.locator(".view-lines").click();
     await page.keyboard.press("Control+End");
     const before = readFileSync(FILE, "utf8");
     await page.keyboard.type(TYPED, { delay: 60 });
-    let typed = TYPED;
-    log(`typed ${visible(typed)}`);
+    const typed = TYPED;
+    st = await statusText();
+    log(`typed ${visible(typed)}; status bar: ${visible(st)}`);
+    if (!/loading/i.test(st)) {
+      await shot("fail-typed-too-late.png");
+      throw new Error(`the model was loaded before the typing ended (raise DITTO_E2E_LOAD_DELAY): ${visible(st)}`);
+    }
+    await shot("2-typed-while-loading.png");
 
-    // The tiny random model's suggestion is noise and, at some positions, empty (e.g. it starts
-    // by ending the block). If none shows at one position, type one more character and wait again.
+    // Now only wait: the request the last keystroke made is answered once the model is ready
+    // (and the extension asks again on ditto/modelReady). Poll until the ghost text has shown
+    // the same text twice in a row, so that Tab is not pressed while it is being replaced.
     let ghost = "";
-    for (const more of ["", ...MORE]) {
-      if (more) {
-        await page.keyboard.type(more);
-        typed += more;
-        log(`no ghost text at this position; typed ${visible(more)} (now ${visible(typed)})`);
+    let seenReady = false;
+    const until = Date.now() + LOAD_DELAY_MS + 180000;
+    for (let last = ""; Date.now() < until; last = ghost) {
+      if (!seenReady && READY.test((st = await statusText()))) {
+        seenReady = true;
+        log(`status bar: ${visible(st)} (model ready)`);
       }
-      const until = Date.now() + 20000;
-      while (Date.now() < until) {
-        ghost = await ghostText();
-        if (ghost.trim()) break;
-        await page.waitForTimeout(200);
-      }
-      if (ghost.trim()) break;
+      ghost = await ghostText();
+      if (ghost.trim() && ghost === last) break;
+      await page.waitForTimeout(250);
     }
     if (!ghost.trim()) {
       await shot("fail-no-ghost-text.png");
       await runCommand("Ditto: Show Statistics").catch(() => {}); // ditto/stats into the Ditto log
       await page.waitForTimeout(1500);
-      throw new Error("no ghost text appeared");
+      throw new Error(`no ghost text appeared (status bar: ${visible(await statusText())})`);
     }
     log(`ghost text: ${visible(ghost)}`);
     await shot("3-ghost-text.png");
@@ -170,6 +176,9 @@ async function main() {
     }
     if (leftover.trim() && leftover === ghost) throw new Error("ghost text still shown after Tab");
     writeFileSync(path.join(SHOTS, "accepted.txt"), JSON.stringify({ ghost, accepted, status: st }, null, 2));
+    // ditto/stats into the Ditto log: e2e.sh checks there that the request waited for the model.
+    await page.keyboard.press("Escape");
+    await runCommand("Ditto: Show Statistics");
 
     // Not part of PASS/FAIL: the status bar after a completion, and the trace webview.
     await page.waitForTimeout(1500);
@@ -202,7 +211,7 @@ async function main() {
         await page.keyboard.press("Escape");
         await runCommand(title);
         if (label === "restart") await page.waitForTimeout(1000);
-        log(`extra check ${label}: ok, status bar ${visible(await waitStatus(re, 60000))}`);
+        log(`extra check ${label}: ok, status bar ${visible(await waitStatus(re, LOAD_DELAY_MS + 120000))}`);
       } catch (e) {
         log(`extra check ${label}: FAILED (${e.message})`);
       }

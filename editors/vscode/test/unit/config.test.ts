@@ -43,6 +43,7 @@ test("settings become flat camelCase initializationOptions, client-only keys lef
     seed: null,
     timeBudget: null,
     multiline: true,
+    loadWaitS: 120,
   });
 });
 
