@@ -9,7 +9,7 @@ reason when that is absent. CI runs it (the README's first command installs the 
   itself: the only other model of the family (the 1.5B) is a 1.1 GB install; with the
   same weights the model drafts are nearly always right, so the n-gram drafts are where
   rejections (and cache crops) happen.
-- Sampling: at two positions where the n-gram drafter does draft, 2-token continuations
+- Sampling: at a position where the n-gram drafter does draft, 2-token continuations
   sampled with drafting (temperature 1, top-k 4, so the support is at most 16 pairs) fit
   the exact distribution computed from the model's own probabilities (chi-square), as
   plain sampling does.
@@ -116,9 +116,6 @@ def _two_token_distribution(lm, prompt, opts):
 
 # Contexts that repeat themselves, so the n-gram drafter proposes at the first step.
 SAMPLED = {
-    "shapes": ("def area(self):\n    return self.width * self.height\n\n"
-               "def perimeter(self):\n    return 2 * (self.width + self.height)\n\n"
-               "def area(self):\n    return self.", 7, len("    return self.")),
     "argparse": ('parser.add_argument("--model", default="default", help="model spec")\n'
                  'parser.add_argument("--device", default="auto", help="device")\n'
                  'parser.add_argument("--', 2, len('parser.add_argument("--')),
