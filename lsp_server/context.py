@@ -300,8 +300,13 @@ def ghost_cut(generated: str, prompt: Prompt, multiline: bool = True, final: boo
     next non-blank line below the cursor, a line that repeats one of the suggestion's
     own earlier lines (`_repeats`), and a first line that ends by re-typing the rest of
     the cursor line (the cut keeps what comes before it). `final` says the generation
-    has ended, so the last line counts as complete.
+    has ended, so the last line counts as complete. Ghost text also ends before the first
+    character no editor can insert (`_uninsertable`).
     """
+    bad = _uninsertable(generated, final)
+    if bad is not None:
+        cut = ghost_cut(generated[:bad], prompt, multiline, final=True)
+        return bad if cut is None else cut
     typed = prompt.typed
     lines = generated.split("\n")
     after = prompt.after.rstrip("\r").strip()
@@ -324,6 +329,30 @@ def ghost_cut(generated: str, prompt: Prompt, multiline: bool = True, final: boo
         if complete and _repeats(l, [cursor_line, *lines[1:i]]):
             return pos - 1
         pos += len(l) + 1
+    return None
+
+
+# Control characters other than tab, newline and carriage return (C0, DEL, C1). A small or
+# quantised model can emit byte tokens for them; an editor cannot show them as ghost text and
+# some reject them outright (Emacs's JSON parser refuses "\u0000"; Neovim's complete() takes a
+# string with NUL for a Blob and fails), so the suggestion ends before the first one.
+_CONTROL = frozenset(chr(c) for c in [*range(0x20), 0x7F, *range(0x80, 0xA0)]) - set("\t\n\r")
+_REPLACEMENT = "\ufffd"
+
+
+def _uninsertable(generated: str, final: bool) -> int | None:
+    """Index of the first character of `generated` that must not reach the editor, or None.
+
+    A control character (`_CONTROL`) ends the text at once. U+FFFD is what decoding leaves for
+    bytes that are not UTF-8; while generating, a U+FFFD run at the very end may still be the
+    first bytes of a character that the next token completes (the caller decodes all tokens
+    again each step), so only a U+FFFD followed by other text, or any once `final`, ends it.
+    """
+    for i, c in enumerate(generated):
+        if c in _CONTROL:
+            return i
+        if c == _REPLACEMENT and (final or generated[i:].strip(_REPLACEMENT)):
+            return i
     return None
 
 

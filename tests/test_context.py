@@ -128,3 +128,22 @@ def test_stops_before_a_line_the_suggestion_already_wrote():
     # The same line at another depth is another statement.
     nested = "x = load()\n    if not x:\n        x = load()"
     assert finish(nested, mk("    ")) == nested
+
+
+def test_ghost_text_ends_before_a_character_no_editor_can_insert():
+    """Byte tokens of a small model (NUL, form feed, undecodable bytes) never reach an editor:
+    Emacs refuses JSON with \\u0000 and Neovim's complete() fails on it (CI saw both)."""
+    p = mk("    ")
+    assert finish("name = 1\x00 garbage", p) == "name = 1"
+    assert ghost_cut("x = f(\x0c)", p) == len("x = f(")
+    assert finish("a\x7fb", p) == "a" and finish("a\x85b", p) == "a"
+    assert finish("\x00abc", p) == ""
+    # Tabs, newlines and carriage returns are text.
+    assert finish("a\tb\r\n    c", p) == "a\tb\r\n    c"
+    # U+FFFD followed by more text is a byte sequence that is not UTF-8: cut there.
+    assert ghost_cut("s = '\ufffd'x", p) == len("s = '")
+    # At the end while generating it may be a character's first bytes: go on; cut once final.
+    assert ghost_cut("s = '\ufffd", p) is None and ghost_cut("s = '\ufffd\ufffd", p) is None
+    assert finish("s = '\ufffd", p) == "s = '"
+    # The other stop rules still apply to what comes before the cut.
+    assert finish("x = 1\ny = 2\x00", mk("    ")) == "x = 1"
