@@ -123,6 +123,8 @@ def test_session_replay_reuses_the_cache_across_enter_and_moves(repo, lm):
     assert all(r["reused_tokens"] >= 0.9 * r["prompt_tokens"] for r in moves if not r["typethrough"])
     assert all(r["idle_prefill_tokens"] == 0 for r in per["ngram-noreuse"])
     assert "prefill_tokens_p95_gain_vs_noreuse" in v
+    # Reuse never changes a result: every request the model answered in both is the same tokens.
+    assert nr["identical_to_reuse_rate"] == 1.0 and nr["identical_to_reuse_compared"] == v["model_requests"]
     assert completer.engine.cached_keys() == []  # the session's cache entry is dropped afterwards
 
 
@@ -145,6 +147,24 @@ def test_session_summary_from_hand_made_records():
                                                                abs=1e-3)
     md = report.session_table(s)
     assert "| ngram | 1 | 1 | 5 |" in md and "95.0% (1)" in md
+
+
+def test_session_same_output_rates_pair_the_nth_requests_and_skip_type_through():
+    def rec(system, session, tokens, typethrough=False):
+        return {"session": session, "task": "t", "system": system, "event": "type", "tts_ms": 1.0,
+                "typethrough": typethrough, "prefill_tokens": 1, "reused_tokens": 0, "prompt_tokens": 10,
+                "drafted": 0, "accepted": 0, "tokens": tokens}
+
+    rs = [rec("off", "a", [1, 2]), rec("off", "a", [3]), rec("off", "a", [4], True), rec("off", "b", [5]),
+          rec("ngram", "a", [1, 2]), rec("ngram", "a", [3, 9]), rec("ngram", "a", [7], True), rec("ngram", "b", [5]),
+          rec("ngram-noreuse", "a", [1, 2]), rec("ngram-noreuse", "a", [3, 9]), rec("ngram-noreuse", "a", [8]),
+          rec("ngram-noreuse", "b", [5])]
+    s = metrics.summarise_session(rs)
+    # ngram vs off: 3 requests compared (the type-through one left out), the second differs.
+    assert (s["ngram"]["identical_to_off_rate"], s["ngram"]["identical_to_off_compared"]) == (round(2 / 3, 4), 3)
+    assert (s["ngram-noreuse"]["identical_to_reuse_rate"], s["ngram-noreuse"]["identical_to_reuse_compared"]) == (1.0, 3)
+    assert "identical_to_off_rate" not in s["off"] and "identical_to_off_rate" not in s["ngram-noreuse"]
+    assert "66.7% (3)" in report.session_table(s)
 
 
 def test_bench_session_command_end_to_end(repo, tmp_path, monkeypatch):

@@ -267,6 +267,7 @@ def summarise_session(records: list[dict]) -> dict:
             "idle_prefill_hits": sum(1 for r in rs if (r.get("idle_prefill_tokens") or 0) > 0),
             "acceptance_rate": _r(sum(r["accepted"] or 0 for r in rs) / d) if (d := sum(r["drafted"] or 0 for r in rs)) else None,
         }
+    _same_output_rates(records, summary)
     for s, v in summary.items():
         nr = summary.get(f"{s}-noreuse")
         if s.endswith("-noreuse") or not nr:
@@ -277,6 +278,37 @@ def summarise_session(records: list[dict]) -> dict:
             if mine is not None and theirs is not None:
                 v[field] = _r(theirs / max(mine, 1.0), 3)  # at least 1 token / 1 ms below: no division by ~0
     return summary
+
+
+def _same_output_rates(records: list[dict], summary: dict) -> None:
+    """Session mode's exactness check: every system replays the same requests in the same order,
+    so its n-th request of a session is the reference's n-th. A system's requests that the model
+    answered in both are compared token for token with `off` ("identical_to_off_rate", for the
+    drafting systems) and with its reusing twin ("identical_to_reuse_rate", for `-noreuse`: reuse
+    must never change a result). Type-through answers are left out: they come from the shown
+    suggestion, and the -noreuse systems have none."""
+    by: dict[tuple[str, str], list[dict]] = {}
+    for r in records:
+        by.setdefault((r["system"], r["session"]), []).append(r)
+
+    def rate(system: str, reference: str) -> tuple[float | None, int]:
+        same = n = 0
+        for (s, session), rs in by.items():
+            if s != system:
+                continue
+            for mine, ref in zip(rs, by.get((reference, session), [])):
+                if mine.get("error") or ref.get("error") or mine.get("typethrough") or ref.get("typethrough"):
+                    continue
+                n += 1
+                same += mine.get("tokens") == ref.get("tokens")
+        return (_r(same / n) if n else None), n
+
+    for s, v in summary.items():
+        base = s.removesuffix("-noreuse")
+        if base != "off" and "off" in summary and not s.endswith("-noreuse"):
+            v["identical_to_off_rate"], v["identical_to_off_compared"] = rate(s, "off")
+        if s.endswith("-noreuse") and base in summary:
+            v["identical_to_reuse_rate"], v["identical_to_reuse_compared"] = rate(s, base)
 
 
 def mismatches(records: list[dict]) -> list[dict]:

@@ -86,7 +86,7 @@ def session_table(summary: dict) -> str:
     head = ("| system | sessions | tasks | requests | tts p50 ms | tts p95 ms | tts p50 ms (model) | tts p95 ms (model) | "
             "prefill tokens p50 (model) | prefill tokens p95 (model) | prompt tokens mean | reused after Enter | "
             "reused after a move | window moves | typethrough hits | idle-prefill hits | prefill p95 gain vs noreuse | "
-            "tts p95 gain (model) vs noreuse |")
+            "tts p95 gain (model) vs noreuse | same tokens as off / as reuse |")
     rows = [head, "|" + "---|" * (head.count("|") - 1)]
     for s, v in summary.items():
         rows.append(f"| {s} | {v['sessions']} | {v['tasks']} | {v['requests']} | {_f(v['tts_ms_p50'], 0)} | "
@@ -95,8 +95,17 @@ def session_table(summary: dict) -> str:
                     f"{_f(v['prompt_tokens_mean_model'], 0)} | {_pct(v['reused_share_enter_mean'])} ({v['enter_requests']}) | "
                     f"{_pct(v['reused_share_move_mean'])} ({v['move_requests']}) | {v['window_moves']} | "
                     f"{v['typethrough_hits']} | {v['idle_prefill_hits']} | "
-                    f"{_f(v.get('prefill_tokens_p95_gain_vs_noreuse'), 1, '×')} | {_f(v.get('tts_p95_model_gain_vs_noreuse'), 2, '×')} |")
+                    f"{_f(v.get('prefill_tokens_p95_gain_vs_noreuse'), 1, '×')} | {_f(v.get('tts_p95_model_gain_vs_noreuse'), 2, '×')} | "
+                    f"{_same(v)} |")
     return "\n".join(rows)
+
+
+def _same(v: dict) -> str:
+    """Session mode's identical-output column: "100% (n)" against off or against the reusing twin."""
+    for key in ("identical_to_off", "identical_to_reuse"):
+        if v.get(f"{key}_rate") is not None:
+            return f"{_pct(v[f'{key}_rate'])} ({v[f'{key}_compared']})"
+    return "–"
 
 
 def markdown(results: dict) -> str:
