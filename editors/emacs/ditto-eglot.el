@@ -7,9 +7,14 @@
 
 (require 'eglot)
 
+;; Eglot's completion request is synchronous and gives up after `jsonrpc-default-request-timeout'
+;; (10 s) with a "Timed out" error. A request made while the model loads waits for it
+;; (loadWaitS, 120 s by default); 8 s keeps that wait inside eglot's, so a completion asked for
+;; during loading ends with no suggestion instead of an error.
 (add-to-list 'eglot-server-programs
              '((python-mode js-mode typescript-mode c-mode c++-mode go-mode rust-mode sh-mode)
-               . ("ditto-lsp" "serve" :initializationOptions (:model "default" :drafter "ngram"))))
+               . ("ditto-lsp" "serve"
+                  :initializationOptions (:model "default" :drafter "ngram" :loadWaitS 8))))
 
 (add-hook 'python-mode-hook #'eglot-ensure)
 
