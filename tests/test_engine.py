@@ -16,6 +16,8 @@ from drafters.speculation import Speculation
 from lsp_server.engine import DecodeOptions, Engine
 from lsp_server.tiny import tiny_random
 
+from prompts import edited_prompts, random_prompt
+
 
 @pytest.fixture(scope="module", params=["torch", "llama.cpp"])
 def lm(request):
@@ -68,16 +70,6 @@ def drafters_for(lm, prompt, reference, rng):
         ListDrafter("right", right),
         ListDrafter("wrong-first", wrong_first),
     ]
-
-
-def random_prompt(rng, lm):
-    # Mix random tokens with repeated spans so the n-gram drafter finds matches.
-    span = [rng.randrange(6, lm.vocab_size) for _ in range(rng.randrange(2, 10))]
-    parts = []
-    for _ in range(rng.randrange(1, 6)):
-        parts += [rng.randrange(6, lm.vocab_size) for _ in range(rng.randrange(0, 12))]
-        parts += span
-    return parts or [7]
 
 
 @pytest.mark.parametrize("seed", range(12))
@@ -194,20 +186,7 @@ def test_reused_cache_gives_identical_results(lm):
     rng = random.Random(11)
     reuse = Engine(lm)
     fresh = Engine(lm)
-    base = random_prompt(rng, lm) + random_prompt(rng, lm)
-    prompts = [base]
-    for _ in range(8):
-        p = list(prompts[-1])
-        op = rng.choice(["append", "edit-middle", "delete-tail", "edit-start"])
-        if op == "append":
-            p += [rng.randrange(6, lm.vocab_size) for _ in range(rng.randrange(1, 4))]
-        elif op == "edit-middle":
-            p[len(p) // 2] = rng.randrange(6, lm.vocab_size)
-        elif op == "delete-tail":
-            p = p[: max(1, len(p) - rng.randrange(1, 4))]
-        else:
-            p[0] = rng.randrange(6, lm.vocab_size)
-        prompts.append(p)
+    prompts = edited_prompts(rng, lm, 8)
     for p in prompts:
         for drafter in (None, NGramDrafter()):
             opts = DecodeOptions(max_new_tokens=24, draft_max=4 if drafter else 0, prefill_chunk=7)

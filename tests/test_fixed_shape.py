@@ -22,6 +22,8 @@ from lsp_server.engine import DecodeOptions, Engine
 from lsp_server.tiny import tiny_random
 from lsp_server.torch_backend import StaticKV, TorchModel, pass_options
 
+from prompts import edited_prompts, random_prompt
+
 
 @pytest.fixture(scope="module")
 def lm(one_thread):
@@ -50,15 +52,6 @@ class ListDrafter:
 
     def forget_source(self, name):
         pass
-
-
-def random_prompt(rng, lm):
-    span = [rng.randrange(6, lm.vocab_size) for _ in range(rng.randrange(2, 10))]
-    parts = []
-    for _ in range(rng.randrange(1, 6)):
-        parts += [rng.randrange(6, lm.vocab_size) for _ in range(rng.randrange(0, 12))]
-        parts += span
-    return parts or [7]
 
 
 def drafters_for(lm, prompt, reference, rng):
@@ -207,19 +200,7 @@ def test_static_cache_reuse_across_requests_equals_fresh_prefill(lm):
         if v.static_cache is None:
             continue
         reuse, fresh = Engine(v), Engine(lm)
-        prompts = [random_prompt(rng, lm) + random_prompt(rng, lm)]
-        for _ in range(6):
-            p = list(prompts[-1])
-            op = rng.choice(["append", "edit-middle", "delete-tail", "edit-start"])
-            if op == "append":
-                p += [rng.randrange(6, lm.vocab_size) for _ in range(rng.randrange(1, 4))]
-            elif op == "edit-middle":
-                p[len(p) // 2] = rng.randrange(6, lm.vocab_size)
-            elif op == "delete-tail":
-                p = p[: max(1, len(p) - rng.randrange(1, 4))]
-            else:
-                p[0] = rng.randrange(6, lm.vocab_size)
-            prompts.append(p)
+        prompts = edited_prompts(rng, lm, 6)
         for p in prompts:
             for drafter in (None, NGramDrafter()):
                 opts = DecodeOptions(max_new_tokens=24, draft_max=4 if drafter else 0, prefill_chunk=7)
