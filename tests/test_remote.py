@@ -204,13 +204,16 @@ def _remote(engine, body=None):
 
 
 def no_end(engine) -> dict:
-    """Request fields that keep the tiny model writing to its budget: its special tokens (ids 0-5) and
-    every token with a line break banned, so neither end-of-text nor a ghost-text stop rule (they
-    look at complete lines) can end it."""
+    """Request fields that keep the tiny model writing to its budget: its special tokens (ids 0-5),
+    every token with a line break and every token with a character no editor can insert banned, so
+    neither end-of-text nor a ghost-text stop rule (they look at complete lines, and end the text
+    before a control character: lsp_server/context.py, `_uninsertable`) can end it."""
+    from lsp_server.context import _uninsertable
     from lsp_server.remote_backend import GGUFTokenizer
 
     tok = GGUFTokenizer(engine.gguf)
-    banned = [t for t in range(len(tok.vocabulary())) if t < 6 or "\n" in tok.token_text(t)]
+    banned = [t for t in range(len(tok.vocabulary())) if t < 6 or "\n" in tok.token_text(t)
+              or _uninsertable(tok.token_text(t), True) is not None]
     return {"logit_bias": {str(t): -100.0 for t in banned}}
 
 
