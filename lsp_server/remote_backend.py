@@ -60,6 +60,8 @@ from .numbers import percentile
 log = logging.getLogger(__name__)
 
 ENGINES = ("openai", "llama.cpp", "vllm", "ollama")
+RESYN_S = 0.25  # while a connection attempt goes unanswered, start a fresh one this often (_Request._connect_to)
+RESYN_MAX = 8
 READ_TIMEOUT_S = 60.0  # the longest wait for the next byte when no time budget bounds a request
 REMOTE_KEYS = ("headers", "ca_file", "cert_file", "key_file", "body", "connect_timeout_s")
 
@@ -525,6 +527,7 @@ class _Request:
         self.ep, self.tr, self.cancel, self.deadline = ep, tr, cancel, deadline
         self.reason: str | None = None  # why it was aborted
         self.answered = False  # the engine sent a 200 response (it is up, whatever happens next)
+        self.attempts = 0  # connection attempts started (a fresh one every RESYN_S while none is answered)
         self._sock = None
         self._lock = threading.Lock()
         self._finished = threading.Event()
@@ -569,31 +572,59 @@ class _Request:
             raise RemoteError("unreachable", f"cannot resolve {ep.host}: {err.strerror}") from None
         last = "no address"
         for family, kind, proto, _, addr in infos:
-            sock = socket.socket(family, kind, proto)
-            with self._lock:
-                self._sock = sock
-            sock.setblocking(False)
-            err = sock.connect_ex(addr)
-            while err in (errno.EINPROGRESS, errno.EWOULDBLOCK, errno.EALREADY):
-                self._check_closing(sock)
-                left = give_up - time.monotonic()
-                if left <= 0:
-                    sock.close()
-                    raise RemoteError("timeout", f"cannot connect to {ep.origin} within {limit:.1f} s")
-                _, ready, _ = select.select([], [sock], [], min(0.02, left))
-                if ready:
-                    err = sock.getsockopt(socket.SOL_SOCKET, socket.SO_ERROR)
-            if err == 0:
-                sock.setblocking(True)
+            sock, err = self._connect_to(family, kind, proto, addr, give_up, limit)
+            if sock is not None:
                 return sock
             last = os.strerror(err)
-            sock.close()
         raise RemoteError("unreachable", f"cannot connect to {ep.origin}: {last}")
 
-    def _check_closing(self, sock) -> None:
-        if self.reason is not None:
-            sock.close()
-            raise _Stop(self.reason)
+    def _connect_to(self, family, kind, proto, addr, give_up: float, limit: float):
+        """(connected socket, 0) or (None, errno) for one address; RemoteError when out of time.
+
+        An attempt the host does not answer (a SYN dropped: the host is rebooting, a firewall, a
+        full accept queue) is only retried by the kernel 1, 3, 7 s later. So while attempts wait,
+        a fresh one starts every RESYN_S (at most RESYN_MAX at once) and the first to connect
+        wins: an engine that comes back is reached within RESYN_S, not at the kernel's next
+        retransmission. A refusal ends the attempts at once (the host is there, nothing listens).
+        """
+        pending: list = []
+        next_try = time.monotonic()
+        try:
+            while True:
+                if self.reason is not None:
+                    raise _Stop(self.reason)
+                now = time.monotonic()
+                if now >= next_try and len(pending) < RESYN_MAX:
+                    sock = socket.socket(family, kind, proto)
+                    sock.setblocking(False)
+                    pending.append(sock)
+                    with self._lock:
+                        self._sock = sock
+                    self.attempts += 1
+                    err = sock.connect_ex(addr)
+                    next_try = now + RESYN_S
+                    if err == 0:
+                        pending.remove(sock)
+                        sock.setblocking(True)
+                        return sock, 0
+                    if err not in (errno.EINPROGRESS, errno.EWOULDBLOCK, errno.EALREADY):
+                        return None, err
+                left = give_up - now
+                if left <= 0:
+                    raise RemoteError("timeout", f"cannot connect to {self.ep.origin} within {limit:.1f} s")
+                _, ready, bad = select.select([], pending, pending, min(0.02, left))  # 20 ms: see abort
+                for sock in dict.fromkeys(ready + bad):
+                    err = sock.getsockopt(socket.SOL_SOCKET, socket.SO_ERROR)
+                    if err == 0:
+                        pending.remove(sock)
+                        with self._lock:
+                            self._sock = sock
+                        sock.setblocking(True)
+                        return sock, 0
+                    return None, err
+        finally:
+            for sock in pending:  # the attempts that lost (or all of them)
+                sock.close()
 
     def _tls(self, sock):
         tr = self.tr

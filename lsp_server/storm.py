@@ -366,6 +366,8 @@ def storm(model: str = "tiny-random", edits: int = 300, docs: int = 4, seed: int
         # Time to suggestion: the answers that carried one (the others were cancelled, superseded or empty).
         lat_items = [(c.responses[r][1] - sent[r]) * 1000 for r, m in answers.items() if m.get("result")]
         with_items = sum(1 for m in answers.values() if m.get("result"))
+        wall = time.time() - time.monotonic()  # monotonic -> wall clock (the engine's intervals are wall clock)
+        suggestions_at = sorted(round(c.responses[r][1] + wall, 4) for r, m in answers.items() if m.get("result"))
         null = sum(1 for m in answers.values() if "result" in m and m["result"] is None)
         errors = [m["error"] for m in answers.values() if "error" in m]
         cancel_errors = sum(1 for e in errors if e.get("code") == -32800)
@@ -382,7 +384,7 @@ def storm(model: str = "tiny-random", edits: int = 300, docs: int = 4, seed: int
                            "max": percentile(lat, 100, 1)},
             "suggestion_latency_ms": {"p50": percentile(lat_items, 50, 1), "p95": percentile(lat_items, 95, 1),
                                       "count": len(lat_items)},
-            "remote": after.get("remote"), "alive_until_shutdown": alive,
+            "remote": after.get("remote"), "alive_until_shutdown": alive, "suggestions_at": suggestions_at,
             "served_latency_ms": after["latency_ms"],
             "typing_s": round(t_typed - t_start, 1), "drain_s": round(t_end - t_typed, 1),
             "memory": mem, "rss_growth_after_warmup": round(growth, 4), "exit_code": code,
@@ -422,8 +424,11 @@ def team_storm(model: str, clients: int = 4, edits: int = 500, *, engine=None, k
         engine.kill()
         time.sleep(down_s)
         events["restart_spawn"] = time.time()
-        events["restart_ready"] = engine.start()
-        say(f"team storm: engine back after {events['restart_ready'] - events['kill']:.1f} s")
+        ready = engine.start()
+        events["restart_accepting"] = engine.accepting_at  # recovery is measured from here
+        events["restart_ready"] = ready
+        say(f"team storm: engine accepts connections {events['restart_accepting'] - events['kill']:.1f} s "
+            f"after the kill")
 
     def on_key(i: int) -> None:
         nonlocal outage_thread
@@ -431,14 +436,33 @@ def team_storm(model: str, clients: int = 4, edits: int = 500, *, engine=None, k
             outage_thread = threading.Thread(target=outage, daemon=True)
             outage_thread.start()
 
+    def recovery(intervals, suggestions_at) -> tuple[float | None, float | None]:
+        """(first piece, first suggestion) of one client after the restart, wall clock.
+
+        The restart is the moment the restarted engine accepts connections. The first piece: the
+        engine streams to this client again. The first suggestion: the first answer carrying ghost
+        text that the client received after that first piece (so that it came from the restarted
+        engine, not from type-through of a suggestion shown before the kill).
+        """
+        t = events.get("restart_accepting")
+        if t is None:
+            return None, None
+        streamed = min((b for _, b, _, _ in intervals if b is not None and b >= t), default=None)
+        if streamed is None:
+            return None, None
+        return streamed, next((s for s in suggestions_at if s >= streamed), None)
+
     def recovered(c) -> bool:
         """Whether this client had a suggestion from the restarted engine (True when there is no outage)."""
         if kill_at is None:
             return True
-        if "restart_ready" not in events:
+        if "restart_accepting" not in events:
             return False
         intervals = c.call("ditto/stats", {"remoteIntervals": True})["result"]["remote"]["intervals"]
-        return any(outcome == "ok" and end >= events["restart_ready"] for _, _, end, outcome in intervals)
+        wall = time.time() - time.monotonic()
+        with c._cond:
+            got = sorted(t + wall for m, t in c.responses.values() if m.get("result"))
+        return recovery(intervals, got)[1] is not None
 
     def client(k: int) -> None:
         try:
@@ -474,15 +498,19 @@ def team_storm(model: str, clients: int = 4, edits: int = 500, *, engine=None, k
                "suggestion_ms": {q: r["suggestion_latency_ms"][q] for q in ("p50", "p95")},
                "engine_errors": remote.get("errors"), "exit_code": r["exit_code"],
                "alive_until_shutdown": r["alive_until_shutdown"]}
-        if "restart_ready" in events:
-            ready = events["restart_ready"]
-            # The engine streams to this client again (a first piece), and a suggestion is complete again
-            # (a request not superseded by the next keystroke before its end: with four clients in one
-            # engine's queue, that takes a pause in the typing).
-            streamed = [b for a, b, c, _ in intervals if b is not None and b >= ready]
-            ok_after = [c for a, _, c, outcome in intervals if outcome == "ok" and c >= ready]
-            row["streaming_s_after_restart"] = round(min(streamed) - ready, 2) if streamed else None
-            row["recovered_s_after_restart"] = round(min(ok_after) - ready, 2) if ok_after else None
+        if "restart_accepting" in events:
+            t = events["restart_accepting"]
+            # The engine streams to this client again (a first piece), and the client shows a suggestion
+            # again (an answer with ghost text arrived: a request not superseded by the next keystroke
+            # before its end; with four clients in one serial engine's queue, that takes a pause in the
+            # typing). Both from the moment the restarted engine accepts connections.
+            streamed, shown = recovery(intervals, r["suggestions_at"] if keep_intervals else r.pop("suggestions_at"))
+            # Ditto's own share before the engine: the first request this client sent it after the restart
+            # (the next keystroke's, as nothing is queued or backed off while the engine is down).
+            asked = min((a for a, _, _, _ in intervals if a >= t), default=None)
+            row["first_request_s_after_restart"] = round(asked - t, 3) if asked is not None else None
+            row["streaming_s_after_restart"] = round(streamed - t, 2) if streamed is not None else None
+            row["recovered_s_after_restart"] = round(shown - t, 2) if shown is not None else None
         per_client.append(row)
     return {
         "model": model, "clients": clients, "edits_per_client": edits, "max_tokens": max_tokens,
@@ -494,13 +522,14 @@ def team_storm(model: str, clients: int = 4, edits: int = 500, *, engine=None, k
                                "streams_generating_at_once_max": most_at_once(spans_busy),
                                "requests": len(spans_open)},
         "outage": ({"down_s": round(events["restart_spawn"] - events["kill"], 2),
-                    "restart_to_ready_s": round(events["restart_ready"] - events["restart_spawn"], 2),
+                    "spawn_to_accepting_s": round(events["restart_accepting"] - events["restart_spawn"], 2),
+                    "accepting_to_models_answer_s": round(events["restart_ready"] - events["restart_accepting"], 2),
                     # When the restarted engine first streamed to any client: its cold start (the first
                     # completions after a start are slow), which every client's recovery includes.
-                    "first_piece_after_ready_s": min((row["streaming_s_after_restart"] for row in per_client
-                                                      if row.get("streaming_s_after_restart") is not None),
-                                                     default=None)}
-                   if "restart_ready" in events else None),
+                    "first_piece_after_accepting_s": min((row["streaming_s_after_restart"] for row in per_client
+                                                          if row.get("streaming_s_after_restart") is not None),
+                                                         default=None)}
+                   if "restart_accepting" in events else None),
         "per_client": per_client,
         **({"intervals": [r.get("intervals") if r else None for r in results], "events": events}
            if keep_intervals else {}),
@@ -552,6 +581,7 @@ def main(argv=None) -> int:
                     engine.stop()
     else:
         out = storm(a.model, a.edits, a.docs, a.seed, a.max_tokens, a.warmup, log=say)
+        out.pop("suggestions_at")
     text = json.dumps(out, indent=2)
     print(text)
     if a.json:

@@ -105,6 +105,57 @@ def test_the_character_estimate_round_trips_and_overcounts_a_real_tokenizer():
 FIM_QWEN = ("<|fim_prefix|>", "<|fim_suffix|>", "<|fim_middle|>", "<|file_sep|>")
 
 
+def test_a_connection_attempt_the_host_does_not_answer_is_retried_with_a_fresh_one():
+    """An engine coming back is reached by a fresh connection attempt, not at the kernel's next SYN
+    retransmission (1, 3, 7 s after the first). A listening socket with a full accept queue drops
+    SYNs as a host that is down does; once there is room, only a new attempt gets through at once.
+    Checked by counting attempts, not by timing."""
+    import time
+
+    from lsp_server.remote_backend import Transport, _Request
+
+    srv = socket.socket()
+    srv.bind(("127.0.0.1", 0))
+    srv.listen(0)  # Linux queues one connection, then drops SYNs
+    port = srv.getsockname()[1]
+    filler = socket.create_connection(("127.0.0.1", port))
+    ep = parse_spec(f"http://127.0.0.1:{port}/v1#m")
+    req = _Request(ep, Transport(connect_timeout_s=60), threading.Event(), None)
+    out = {}
+
+    def run():
+        try:
+            out["finish"] = req.run({"prompt": "x", "stream": True}, lambda piece: out.setdefault("text", piece) and False)
+        except Exception as err:  # noqa: BLE001 - reported by the assert below
+            out["error"] = err
+
+    client = threading.Thread(target=run)
+    client.start()
+    try:
+        deadline = time.monotonic() + 60
+        while req.attempts < 2 and time.monotonic() < deadline and client.is_alive():
+            time.sleep(0.01)
+        assert req.attempts >= 2, (req.attempts, out)  # the first attempt is still unanswered: a second one
+        srv.accept()[0].close()  # the engine is back: room in the queue
+        srv.settimeout(60)
+        while True:  # answer the attempt that got through and sends a request (the others are closed)
+            conn, _ = srv.accept()
+            conn.settimeout(60)
+            if conn.recv(65536):
+                conn.sendall(b"HTTP/1.1 200 OK\r\nContent-Type: text/event-stream\r\n\r\n"
+                             b'data: {"choices": [{"text": "ok", "finish_reason": "stop"}]}\n\ndata: [DONE]\n\n')
+                conn.close()
+                break
+            conn.close()
+        client.join(60)
+        assert out.get("finish") == "stop" and out.get("text") == "ok", out
+    finally:
+        req.abort("cancelled")
+        client.join(60)
+        filler.close()
+        srv.close()
+
+
 def _qwen_tokenizer():
     try:
         return load_tokenizer("auto", "Qwen/Qwen2.5-Coder-7B", lambda m, f: None)
@@ -153,13 +204,16 @@ def _remote(engine, body=None):
 
 
 def no_end(engine) -> dict:
-    """Request fields that keep the tiny model writing to its budget: its special tokens (ids 0-5) and
-    every token with a line break banned, so neither end-of-text nor a ghost-text stop rule (they
-    look at complete lines) can end it."""
+    """Request fields that keep the tiny model writing to its budget: its special tokens (ids 0-5),
+    every token with a line break and every token with a character no editor can insert banned, so
+    neither end-of-text nor a ghost-text stop rule (they look at complete lines, and end the text
+    before a control character: lsp_server/context.py, `_uninsertable`) can end it."""
+    from lsp_server.context import _uninsertable
     from lsp_server.remote_backend import GGUFTokenizer
 
     tok = GGUFTokenizer(engine.gguf)
-    banned = [t for t in range(len(tok.vocabulary())) if t < 6 or "\n" in tok.token_text(t)]
+    banned = [t for t in range(len(tok.vocabulary())) if t < 6 or "\n" in tok.token_text(t)
+              or _uninsertable(tok.token_text(t), True) is not None]
     return {"logit_bias": {str(t): -100.0 for t in banned}}
 
 
