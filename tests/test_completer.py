@@ -115,15 +115,21 @@ def test_reuse_prefills_only_the_changed_tail_when_typing(lm):
 def test_time_budget_returns_whole_lines(lm):
     import time
 
-    # No end-of-text tokens and a cursor at column 0 of the last line (no block to end, nothing
-    # below to repeat): only the time budget can stop this completion.
+    from lsp_server.context import _uninsertable
+
+    # No end-of-text tokens, no token with a character no editor can insert (the ghost text
+    # would end before it), and a cursor at column 0 of the last line (no block to end,
+    # nothing below to repeat): only the time budget can stop this completion.
     slow_lm = copy.copy(lm)
     slow_lm.stop_ids = frozenset()
     real = slow_lm.forward
+    banned = [t for t in range(lm.vocab_size) if _uninsertable(lm.token_text(t), True) is not None]
 
     def forward(ids, cache, last):
         time.sleep(0.02)
-        return real(ids, cache, last=last)
+        logits = real(ids, cache, last=last).clone()
+        logits[..., banned] = float("-inf")
+        return logits
 
     slow_lm.forward = forward
     c = Completer(slow_lm)
