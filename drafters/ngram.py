@@ -235,7 +235,10 @@ class NGramDrafter:
             tok = min(counts, key=lambda t: (-counts[t], first_seen[t]))
             if step == 0:
                 agreement = counts[tok] / sum(counts.values())
-            draft.extend(first(tok) if step == 0 and first is not None else [tok])
+            more = first(tok) if step == 0 and first is not None else [tok]
+            if not more:  # a rest that encodes to nothing: the tokens after it would not follow
+                break
+            draft.extend(more)
             alive = [c for c in alive if c[4] + step < len(c[3].tokens) and c[3].tokens[c[4] + step] == tok]
             step += 1
         return draft[:limit], (alive[0][2] if alive else cands[0][2]), agreement
