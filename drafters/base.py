@@ -27,6 +27,10 @@ class Proposal:
     starts with the first draft token; None when not applicable. `paid` says the draft's
     cost is already spent (a draft model ran a pass per token): the engine verifies it
     whole instead of trimming it to the length that pays (drafters/speculation.py).
+    `healed` (n-gram lookup) is the number of the context's last tokens matched by their
+    text rather than their ids (0: an exact match): the cursor split a token, so the draft
+    starts with the rest of a longer token's text, re-encoded (drafters/ngram.py); the
+    policy learns such drafts' acceptance apart from exact matches.
     """
 
     tokens: list[int] = field(default_factory=list)
@@ -35,6 +39,7 @@ class Proposal:
     probs: object | None = None
     agreement: float | None = None
     paid: bool = False
+    healed: int = 0
 
     def __len__(self) -> int:
         return len(self.tokens)

@@ -280,7 +280,8 @@ class HybridDrafter:
         pending = 1 if self.confident(ng) else self.model.pending(context)
         kind, n = self.choose(ng, k, pending)
         if kind == "ngram":
-            out = Proposal(ng.tokens[:n], source=ng.source, match_len=ng.match_len, agreement=ng.agreement)
+            out = Proposal(ng.tokens[:n], source=ng.source, match_len=ng.match_len, agreement=ng.agreement,
+                           healed=ng.healed)
         elif kind == "model":
             t0 = self.clock()
             out = self.model.draft(context, n)

@@ -17,13 +17,26 @@ is a fixed rule:
    then history), then the later position (in the context, nearer the cursor).
 
 Draft length follows match length: a 2-gram match drafts at most 3 tokens, longer
-matches up to k. Left out on purpose: torch, LSP and tokenizers (plain lists of ints).
+matches up to k.
+
+**Healing** (docs/drafters.md, "Healed lookup"): where the cursor splits a pre-token, the
+context's last tokens are a split that never occurs in the buffers (`return self.` ends
+in `.`, while every earlier `self.width` holds the token `.width`), so no n-gram matches
+exactly where ghost text is asked for. Given the tokenizer's `token_text` and `encode`,
+the drafter then also matches the context without its last m tokens (m = 1..heal_back)
+and keeps the positions whose continuation token's text strictly extends the text of
+those m tokens; the draft starts with the re-encoded rest of that token's text. A
+proposal is only a proposal: the engine verifies it, so healing changes speed, never
+output. Without the two functions the drafter stays tokenizer-free.
+
+Left out on purpose: torch, LSP and tokenizers (plain lists of ints; text functions only
+when injected).
 """
 
 from __future__ import annotations
 
 from collections import Counter
-from typing import Sequence
+from typing import Callable, Sequence
 
 from .base import Proposal
 
@@ -110,11 +123,21 @@ class NGramDrafter:
 
     name = "ngram"
 
-    def __init__(self, n_min: int = 2, n_max: int = 6, max_candidates: int = 64, max_tokens_per_source: int = 65536):
+    HEAL_CACHE = 1 << 16  # token texts and re-encoded rests kept (cleared when full)
+
+    def __init__(self, n_min: int = 2, n_max: int = 6, max_candidates: int = 64, max_tokens_per_source: int = 65536,
+                 token_text: Callable[[int], str] | None = None, encode: Callable[[str], list[int]] | None = None,
+                 heal_back: int = 2):
         self.n_min = n_min
         self.n_max = n_max
         self.max_candidates = max_candidates
         self.max_tokens_per_source = max_tokens_per_source
+        # Healing needs both text functions (the model's tokenizer); None: ids only.
+        self.token_text = token_text
+        self.encode = encode
+        self.heal_back = heal_back if token_text is not None and encode is not None else 0
+        self._texts: dict[int, str | None] = {}  # token -> its text; None when it is not whole UTF-8
+        self._encoded: dict[str, list[int]] = {}  # rest of a token's text -> its ids
         self._context = NGramIndex(n_min, n_max, max_tokens=1 << 30)
         # name -> (priority, index); lower priority is more trusted. The context is 0.
         self._sources: dict[str, tuple[int, NGramIndex]] = {}
@@ -166,24 +189,40 @@ class NGramDrafter:
         self._sync_context(context)
         sources = self._ordered_sources()
         # 1. longest match first.
+        n, cands = 0, []
         for n in range(min(self.n_max, len(context)), self.n_min - 1, -1):
-            gram = tuple(context[len(context) - n :])
-            # candidates: (rank, -position, index, position); rank = order of trust.
-            cands = []
-            for rank, (_, name, idx) in enumerate(sources):
-                for p in idx.positions(gram, self.max_candidates):
-                    cands.append((rank, -p, name, idx, p))
+            cands = self._candidates(sources, tuple(context[len(context) - n :]))
             if cands:
                 break
         else:
+            n = 0
+        healed = self._heal(sources, context, k, covered=n) if self.heal_back else None
+        if healed is not None:
+            return healed
+        if not cands:
             return Proposal([], source="", match_len=0)
-        cands.sort(key=lambda c: (c[0], c[1]))  # proximity order
-        limit = min(k, self.draft_limit(n))
-        # 2. grow the draft by the most frequent continuation; 3. ties by proximity.
+        draft, source, agreement = self._grow(cands, min(k, self.draft_limit(n)))
+        return Proposal(draft, source=source, match_len=n, agreement=agreement)
+
+    def _candidates(self, sources, gram: tuple[int, ...]) -> list:
+        """(rank, -position, name, index, position) of every continuation of `gram`, in proximity
+        order (rank = order of trust; then the later position first)."""
+        cands = []
+        for rank, (_, name, idx) in enumerate(sources):
+            for p in idx.positions(gram, self.max_candidates):
+                cands.append((rank, -p, name, idx, p))
+        cands.sort(key=lambda c: (c[0], c[1]))
+        return cands
+
+    def _grow(self, cands: list, limit: int, first: Callable[[int], list[int]] | None = None):
+        """2. Grow a draft from the candidates by the most frequent continuation; 3. ties by
+        proximity. `first` maps the token chosen at the first step to the draft tokens that
+        stand for it (a healed match: the rest of its text). (draft, source, agreement)."""
         draft: list[int] = []
         alive = cands
         agreement = None
-        for step in range(limit):
+        step = 0
+        while len(draft) < limit:
             counts: Counter[int] = Counter()
             first_seen: dict[int, int] = {}
             for i, (_, _, _, idx, p) in enumerate(alive):
@@ -194,11 +233,76 @@ class NGramDrafter:
             if not counts:
                 break
             tok = min(counts, key=lambda t: (-counts[t], first_seen[t]))
-            draft.append(tok)
             if step == 0:
                 agreement = counts[tok] / sum(counts.values())
+            more = first(tok) if step == 0 and first is not None else [tok]
+            if not more:  # a rest that encodes to nothing: the tokens after it would not follow
+                break
+            draft.extend(more)
             alive = [c for c in alive if c[4] + step < len(c[3].tokens) and c[3].tokens[c[4] + step] == tok]
-        return Proposal(draft, source=alive[0][2] if alive else cands[0][2], match_len=n, agreement=agreement)
+            step += 1
+        return draft[:limit], (alive[0][2] if alive else cands[0][2]), agreement
+
+    # -- healing: the cursor split a pre-token ---------------------------------------------
+    def _text(self, tid: int) -> str | None:
+        """A token's text (cached: token_text may be slow); None for a token that is not whole
+        UTF-8 (a byte of a longer character decodes to U+FFFD): never healed across."""
+        if tid not in self._texts:
+            if len(self._texts) >= self.HEAL_CACHE:
+                self._texts.clear()
+            try:
+                text = self.token_text(int(tid))
+            except Exception:  # an id the tokenizer does not know (a test's made-up one)
+                text = None
+            self._texts[tid] = text if isinstance(text, str) and text and "\ufffd" not in text else None
+        return self._texts[tid]
+
+    def _rest_ids(self, rest: str) -> list[int]:
+        ids = self._encoded.get(rest)
+        if ids is None:
+            if len(self._encoded) >= self.HEAL_CACHE:
+                self._encoded.clear()
+            ids = self._encoded[rest] = list(self.encode(rest))
+        return ids
+
+    def _heal(self, sources, context: Sequence[int], k: int, covered: int) -> Proposal | None:
+        """The healed match, when one covers more of the context's end than the exact match
+        (`covered` tokens, 0 for none); else None.
+
+        For m = 1..heal_back: the last m tokens' text `typed`; the longest n-gram (n_min..n_max)
+        ending just before them whose continuation token's text starts with `typed` and is
+        longer. It covers n + m tokens of the context (the last m by their text). The longest
+        cover wins, then the smaller m; it must beat the exact match's n. `match_len` is n, the
+        tokens matched as ids; `healed` is m.
+        """
+        best = None
+        typed = ""
+        for m in range(1, min(self.heal_back, len(context) - self.n_min) + 1):
+            text = self._text(context[-m])
+            if text is None:
+                break
+            typed = text + typed
+            for n in range(min(self.n_max, len(context) - m), self.n_min - 1, -1):
+                if n + m <= covered or (best is not None and n + m <= best[0] + best[1]):
+                    break
+                end = len(context) - m
+                cands = [c for c in self._candidates(sources, tuple(context[end - n : end]))
+                         if self._extends(c[3].tokens[c[4]], typed)]
+                if cands:
+                    best = (n, m, typed, cands)
+                    break
+        if best is None:
+            return None
+        n, m, typed, cands = best
+        draft, source, agreement = self._grow(
+            cands, min(k, self.draft_limit(n)), first=lambda tok: self._rest_ids(self._text(tok)[len(typed) :]))
+        if not draft:
+            return None
+        return Proposal(draft, source=source, match_len=n, agreement=agreement, healed=m)
+
+    def _extends(self, tid: int, typed: str) -> bool:
+        text = self._text(tid)
+        return text is not None and len(text) > len(typed) and text.startswith(typed)
 
     def draft_limit(self, match_len: int) -> int:
         """Longest draft worth proposing after a match of `match_len` tokens."""

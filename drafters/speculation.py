@@ -30,8 +30,9 @@ When no draft has been verified for PROBE_EVERY passes, the engine verifies the 
 positive length once anyway, so that costs measured in a bad minute are measured again.
 
 Acceptance is estimated per (drafter, where the draft was copied from: the context,
-another buffer or the history, match-length bucket) for n-gram drafts (longer matches,
-and matches in the context, are right more often) and per source for paid drafts ("model"), as moving
+another buffer or the history, match-length bucket, healed or exact) for n-gram drafts
+(longer matches, and matches in the context, are right more often; a healed match starts
+with re-encoded text, drafters/ngram.py, and starts from the exact match's prior) and per source for paid drafts ("model"), as moving
 averages of a1 and ac starting from priors. Every offered n-gram draft is scored in full
 against the tokens the target goes on to produce (`Scorer`), whether or not the engine
 verified it: greedy, a draft token would have been accepted exactly when it equals the
@@ -165,12 +166,16 @@ class Speculation:
         # Lookup drafts copied from another buffer or the history are right far less often
         # than drafts from the context at the same match length (docs/drafters.md): own rates.
         where = "" if proposal.source in ("context", "") else "+history" if proposal.source == "history" else "+buffers"
-        return (drafter + where, self.bucket(proposal.match_len))
+        # A healed match (the cursor split a token; its rest is re-encoded text) is learned apart:
+        # its first draft token is not a copied id, so its rate may differ at the same length.
+        healed = "+healed" if proposal.healed else ""
+        return (drafter + where + healed, self.bucket(proposal.match_len))
 
     def _prior(self, key: tuple[str, int], paid: bool) -> float:
         if paid:
             return self.PRIOR_PAID
-        return self.PRIOR_OTHER if key[0].endswith(("+buffers", "+history")) else self.PRIOR[key[1]]
+        other = "+buffers" in key[0] or "+history" in key[0]
+        return self.PRIOR_OTHER if other else self.PRIOR[key[1]]
 
     def rates(self, proposal: Proposal, drafter: str = "") -> tuple[float, float]:
         """(a1, ac) for a proposal: its first token's and a later token's chance of being right."""

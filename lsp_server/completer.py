@@ -134,7 +134,9 @@ class Completer:
         self.generator = generator
         self.engine = generator.engine  # None when the model runs elsewhere
         self.settings = settings or CompleterSettings()
-        self.ngram = NGramDrafter()
+        # The tokenizer's text functions let the lookup heal a token the cursor split
+        # (drafters/ngram.py); a model without them drafts by ids only.
+        self.ngram = NGramDrafter(token_text=getattr(lm, "token_text", None), encode=getattr(lm, "encode", None))
         self._buffers: dict[str, str] = {}
         self._shown: dict[str, tuple[str, str, Suggestion]] = {}  # key -> (before, after, suggestion)
         self._history: list[list[int]] = []  # accepted completions, oldest first

@@ -79,6 +79,7 @@ class Round:
     kind: str  # "bonus" (all drafts accepted), "correction" (a draft rejected), "plain" (no draft)
     ms: float
     offered: int = 0  # draft tokens the drafter offered before the engine chose how many to verify
+    healed: int = 0  # n-gram lookup: context tokens matched by text, not id (Proposal.healed)
 
 
 @dataclass
@@ -411,7 +412,8 @@ class Engine:
                 stats.drafted_at[i] += 1
                 stats.accepted_at[i] += int(i < n_acc)
             kind = "plain" if not draft else ("bonus" if n_acc == len(draft) else "correction")
-            rnd = Round(list(draft), proposal.source, proposal.match_len, n_acc, token, kind, round(ms, 3), offered)
+            rnd = Round(list(draft), proposal.source, proposal.match_len, n_acc, token, kind, round(ms, 3), offered,
+                        proposal.healed)
             rounds.append(rnd)
             new = [*draft[:n_acc], token]
             seq.extend(new)

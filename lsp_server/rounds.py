@@ -22,7 +22,7 @@ def trace_data(completion, token_text: Callable[[int], str], text: str | None = 
 
     token_text maps a token id to its text (LoadedModel.token_text). Shape:
     {"version", "model", "drafter", "text", "stats": {...},
-     "rounds": [{"index", "kind", "source", "match_len", "ms", "gained",
+     "rounds": [{"index", "kind", "source", "match_len", "healed", "ms", "gained",
                  "proposed": [{"id", "text", "accepted"}], "token": {"id", "text"}}]}
     kind is "bonus" (all drafts accepted), "correction" (a draft rejected: `token` replaces
     it) or "plain" (no draft); gained = accepted drafts + 1 = tokens bought by the pass.
@@ -34,6 +34,7 @@ def trace_data(completion, token_text: Callable[[int], str], text: str | None = 
             "kind": r.kind,
             "source": r.source,
             "match_len": r.match_len,
+            "healed": getattr(r, "healed", 0),
             "ms": round(r.ms, 3),
             "accepted": r.accepted,
             "gained": r.accepted + 1,
@@ -78,7 +79,7 @@ def render_terminal(data: dict, console=None) -> None:
             t.append("·", style="dim")
         style = {"bonus": "bold cyan", "correction": "bold yellow", "plain": "white"}[r["kind"]]
         t.append(f"[{_visible(r['token']['text'])}]", style=style)
-        src = f"{r['source']}/{r['match_len']}" if r["proposed"] else "–"
+        src = f"{r['source']}/{r['match_len']}{'~' * r.get('healed', 0)}" if r["proposed"] else "–"
         table.add_row(str(r["index"]), src, t, str(r["gained"]), f"{r['ms']:.0f}")
     console.print(table)
     s = data["stats"]
@@ -116,7 +117,7 @@ def render_html(data: dict, title: str = "Ditto trace") -> str:
     for r in data["rounds"]:
         toks = "".join(_tok(p["text"], "acc" if p["accepted"] else "rej", p["id"]) for p in r["proposed"])
         toks += _tok(r["token"]["text"], r["kind"], r["token"]["id"])
-        src = html.escape(f"{r['source']}/{r['match_len']}") if r["proposed"] else "–"
+        src = html.escape(f"{r['source']}/{r['match_len']}{'~' * r.get('healed', 0)}") if r["proposed"] else "–"
         rows.append(f"<tr><td class=num>{r['index']}</td><td>{src}</td><td>{r['kind']}</td><td>{toks}</td>"
                     f"<td class=num>{r['gained']}</td><td class=num>{r['ms']:.0f}</td></tr>")
     s = data["stats"]

@@ -232,3 +232,21 @@ def test_prompt_for_is_the_prompt_complete_sends(lm):
     # The blank typed after "return" is healed: not in the typed text, not in the suffix.
     assert lm.decode(p.ids[p.ids.index(lm.fim.middle) + 1 :]) == "    return"
     assert p.typed == "    return" and p.after == ""
+
+
+def test_the_completers_lookup_heals_a_token_the_cursor_split(lm):
+    """The Completer gives its n-gram drafter the model's token_text/encode: at `self.items.p`
+    ("p" of "pop") the first step drafts, and the text equals drafting off's."""
+    doc = ("class Stack:\n    def pop(self):\n        return self.items.pop()\n\n"
+           "    def top(self):\n        return self.items.p\n")
+    line, col = 5, len("        return self.items.p")
+    out = {}
+    for drafter in ("none", "ngram"):
+        c = Completer(lm)
+        c.settings.type_through = False
+        opts = DecodeOptions(max_new_tokens=8, draft_max=4 if drafter == "ngram" else 0, adaptive=False)
+        out[drafter] = c.complete(doc, line, col, options=opts, drafter=drafter, cache_key=None)
+    assert out["ngram"].completion.tokens == out["none"].completion.tokens
+    assert out["ngram"].text == out["none"].text
+    first = out["ngram"].completion.rounds[0]
+    assert first.healed and first.proposed

@@ -161,3 +161,128 @@ def test_max_tokens_per_source_bounds_the_index():
     assert len(d.source_tokens("big")) == 100
     assert d.propose([0, 950, 951], 2).tokens == [952, 953]
     assert d.propose([0, 10, 11], 2).tokens == []
+
+
+# -- healing: the cursor split a token (a made-up vocabulary; tiny-random's in test_engine.py) --
+
+HEAL_VOCAB = {10: " return", 11: " self", 12: ".", 13: ".width", 14: " *", 15: ".height", 16: "\n", 17: "width",
+              18: "height", 19: "w", 20: "idth", 21: ".w", 22: "i", 23: "dth", 24: "\ufffd", 25: "\ufffd\ufffd",
+              26: "d", 27: "th", 28: "s"}
+
+
+class Texts:
+    """token_text and encode over HEAL_VOCAB (encode: longest known text first), counting calls."""
+
+    def __init__(self):
+        self.calls = 0
+
+    def token_text(self, tid):
+        self.calls += 1
+        return HEAL_VOCAB[tid]
+
+    def encode(self, text):
+        out = []
+        while text:
+            tid = max((t for t, s in HEAL_VOCAB.items() if "\ufffd" not in s and text.startswith(s)),
+                      key=lambda t: len(HEAL_VOCAB[t]))
+            out.append(tid)
+            text = text[len(HEAL_VOCAB[tid]) :]
+        return out
+
+
+def healing(**kw):
+    t = Texts()
+    return NGramDrafter(token_text=t.token_text, encode=t.encode, **kw), t
+
+
+# " return self.width * self.height\n return self."  (the last "." is a split ".width")
+SPLIT = [10, 11, 13, 14, 11, 15, 16, 10, 11, 12]
+
+
+def test_a_split_last_token_matches_by_its_text():
+    d, texts = healing()
+    p = d.propose(SPLIT, 8)
+    # The 2-gram " return self" matched as ids, "." as the start of ".width": the draft is
+    # "width" (the rest, re-encoded) and what followed, up to the 2-gram's draft limit.
+    assert p.tokens == [17, 14, 11][: d.draft_limit(2)]
+    assert (p.match_len, p.healed, p.source, p.agreement) == (2, 1, "context", 1.0)
+    calls = texts.calls
+    d.propose(SPLIT, 8)
+    assert texts.calls == calls  # token texts are cached
+    # Without the text functions the drafter is what it was: no token "." anywhere, no draft.
+    assert NGramDrafter().propose(SPLIT, 8) == Proposal([], source="", match_len=0)
+
+
+def test_healing_backs_off_more_than_one_token():
+    d, _ = healing()
+    # ... " return self.wi": ".wi" split as ".w" "i"; m = 1 ("i") finds nothing, m = 2 (".wi") does.
+    p = d.propose([10, 11, 13, 14, 16, 10, 11, 21, 22], 8)
+    assert p.tokens[:2] == [23, 14] and (p.match_len, p.healed) == (2, 2)
+    assert NGramDrafter(heal_back=1, token_text=HEAL_VOCAB.get, encode=Texts().encode).propose(
+        [10, 11, 13, 14, 16, 10, 11, 21, 22], 8).tokens == []
+
+
+def test_healing_needs_a_strictly_longer_token_and_whole_utf8():
+    d, _ = healing()
+    # The continuation "." itself (not longer) is the ordinary match's business.
+    assert d.propose([10, 11, 12, 16, 10, 11, 12], 4).healed == 0
+    # A last token that is part of a character (its text decodes to U+FFFD) is never healed ...
+    assert d.propose([10, 11, 25, 16, 10, 11, 24], 4).tokens == []
+    # ... nor is a continuation that is.
+    assert d.propose([10, 11, 25, 26, 16, 10, 11, 26, 16, 10, 11, 24], 4).tokens == []
+
+
+def test_the_match_covering_more_of_the_context_wins():
+    d, _ = healing()
+    # Exact: "10 11 12" -> 27 (3 tokens). Healed: "10 11" + "." in ".width" covers 3: the exact one wins the tie.
+    ctx = [10, 11, 12, 27, 10, 11, 13, 14, 26, 10, 11, 12]
+    p = d.propose(ctx, 4)
+    assert (p.healed, p.match_len, p.tokens[0]) == (0, 3, 27)
+    # Exact "11 12" (2 tokens) against healed "26 16 10 11" + "." (5): the healed one wins.
+    ctx = [11, 12, 27, 26, 16, 10, 11, 13, 14, 26, 16, 10, 11, 12]
+    p = d.propose(ctx, 4)
+    assert (p.healed, p.match_len, p.tokens[0]) == (1, 4, 17)
+    # With no text functions: the exact 2-gram, as before.
+    assert NGramDrafter().propose(ctx, 4).tokens[0] == 27
+
+
+def test_healing_prefers_the_more_frequent_continuation():
+    d, _ = healing()
+    # After "\n return self": ".height" twice, ".width" once (the nearer): frequency first.
+    ctx = [16, 10, 11, 15, 16, 10, 11, 15, 16, 10, 11, 13, 16, 10, 11, 12]
+    p = d.propose(ctx, 1)
+    assert p.tokens == [18] and p.agreement == pytest.approx(2 / 3)
+
+
+def test_healing_reaches_other_buffers():
+    d, _ = healing()
+    d.update_source("other.py", [16, 10, 11, 13, 14])
+    p = d.propose([26, 27, 10, 11, 12], 3)
+    assert p.tokens == [17, 14] and p.source == "other.py" and p.healed == 1
+
+
+def test_the_default_models_tokenizer_heals_self_dot():
+    """The case that showed the need: `return self.` after `return self.width ...` (Qwen2.5)."""
+    from pathlib import Path
+
+    tokenizers = pytest.importorskip("tokenizers")
+    found = sorted(Path.home().glob(".cache/ditto/models/qwen2.5-coder-0.5b-*/tokenizer.json"))
+    if not found:
+        pytest.skip("the default model is not installed")
+    tok = tokenizers.Tokenizer.from_file(str(found[0]))
+
+    def encode(text):
+        return tok.encode(text, add_special_tokens=False).ids
+
+    def token_text(tid):
+        return tok.decode([tid], skip_special_tokens=False)
+
+    text = ("def area(self):\n    return self.width * self.height\n\n"
+            "def perimeter(self):\n    return 2 * (self.width + self.height)\n\n"
+            "def area(self):\n    return self.")
+    ids = encode(text)
+    assert token_text(ids[-1]) == "." and ids[-1] not in ids[:-1]  # the split: "." never occurs before
+    assert NGramDrafter().propose(ids, 8).tokens == []
+    p = NGramDrafter(token_text=token_text, encode=encode).propose(ids, 8)
+    assert token_text(p.tokens[0]) == "width" and p.healed == 1 and p.match_len >= 2
+    assert "".join(map(token_text, p.tokens)).startswith("width * self.height")

@@ -66,6 +66,7 @@ def drafters_for(lm, prompt, reference, rng):
 
     return [
         NGramDrafter(),
+        NGramDrafter(token_text=lm.token_text, encode=lm.encode),  # heals split tokens (mostly: as plain)
         ListDrafter("random", lambda ctx, k: [rng.randrange(lm.vocab_size) for _ in range(k)]),
         ListDrafter("right", right),
         ListDrafter("wrong-first", wrong_first),
@@ -105,6 +106,28 @@ def test_greedy_speculative_equals_drafting_off(lm, seed):
                 assert s.accepted == s.drafted
             if drafter.name == "wrong-first":
                 assert all(r.accepted == 0 for r in spec.rounds if r.proposed)
+
+
+# Prompts whose last tokens split a token of tiny-random's that occurs earlier ("o" of " os",
+# "p" of "pop", "it" of "items"): only a healed lookup drafts at the first step.
+SPLIT_PROMPTS = ["import os\nimport sys\nimport os.path\nimport o",
+                 "    def pop(self):\n        return self.items.pop()\n\n    def top(self):\n        return self.items.p",
+                 "class Stack:\n    def push(self, item):\n        self.items.append(item)\n\n    def pop(self):\n"
+                 "        return self.it"]
+
+
+@pytest.mark.parametrize("case", range(len(SPLIT_PROMPTS)))
+def test_greedy_with_healed_drafts_equals_drafting_off(lm, case):
+    prompt = lm.encode(SPLIT_PROMPTS[case])
+    engine = Engine(lm)
+    ref = engine.generate(prompt, options=DecodeOptions(max_new_tokens=16, draft_max=0))
+    assert NGramDrafter().propose(prompt, 4).tokens == []  # by ids alone: nothing to draft here
+    for k in (1, 3, 8):
+        drafter = NGramDrafter(token_text=lm.token_text, encode=lm.encode)
+        out = engine.generate(prompt, drafter=drafter, options=DecodeOptions(max_new_tokens=16, draft_max=k, adaptive=False))
+        assert out.tokens == ref.tokens, f"k={k} diverged"
+        first = out.rounds[0]
+        assert first.healed >= 1 and first.proposed, "the first step drafted from a healed match"
 
 
 def test_cache_length_after_each_step_matches_accepted_sequence(lm):

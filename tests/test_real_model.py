@@ -9,7 +9,8 @@ reason when that is absent. CI runs it (the README's first command installs the 
   itself: the only other model of the family (the 1.5B) is a 1.1 GB install; with the
   same weights the model drafts are nearly always right, so the n-gram drafts are where
   rejections (and cache crops) happen.
-- Sampling: at a position where the n-gram drafter does draft, 2-token continuations
+- Sampling: at positions where the n-gram drafter does draft (one of them only by a healed
+  match: the cursor splits a token), 2-token continuations
   sampled with drafting (temperature 1, top-k 4, so the support is at most 16 pairs) fit
   the exact distribution computed from the model's own probabilities (chi-square), as
   plain sampling does.
@@ -83,7 +84,7 @@ def test_every_drafter_equals_drafting_off_greedy(lm, where):
     engine = Engine(lm)
     engine.speculation = Speculation(COSTS)
     engine.speculation.set_draft_costs(120.0, 8.0)
-    ngram = NGramDrafter()
+    ngram = NGramDrafter(token_text=lm.token_text, encode=lm.encode)
     model = ModelDrafter(lm, target=lm)
     hybrid = HybridDrafter(ngram, model, engine.speculation, clock=lambda: 0.0)
     plain = DecodeOptions(max_new_tokens=NEW_TOKENS, draft_max=0)
@@ -116,6 +117,10 @@ def _two_token_distribution(lm, prompt, opts):
 
 # Contexts that repeat themselves, so the n-gram drafter proposes at the first step.
 SAMPLED = {
+    # The cursor splits ".width": only a healed lookup drafts here (it drafted nothing by ids).
+    "shapes": ("def area(self):\n    return self.width * self.height\n\n"
+               "def perimeter(self):\n    return 2 * (self.width + self.height)\n\n"
+               "def area(self):\n    return self.", 7, len("    return self.")),
     "argparse": ('parser.add_argument("--model", default="default", help="model spec")\n'
                  'parser.add_argument("--device", default="auto", help="device")\n'
                  'parser.add_argument("--', 2, len('parser.add_argument("--')),
@@ -129,7 +134,7 @@ def test_sampling_with_ngram_drafts_has_the_models_distribution(lm, case):
     opts = DecodeOptions(max_new_tokens=2, temperature=1.0, top_k=4, draft_max=4, adaptive=False)
     dist = _two_token_distribution(lm, prompt, opts)
     engine = Engine(lm)
-    drafter = NGramDrafter()
+    drafter = NGramDrafter(token_text=lm.token_text, encode=lm.encode)
     rng = random.Random(7)
     n, counts, drafted = 200, {}, 0
     for _ in range(n):

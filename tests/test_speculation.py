@@ -177,3 +177,19 @@ def test_drafts_from_other_buffers_have_their_own_acceptance():
     assert spec.choose(buf, "ngram") == 0 and spec.choose(ctx, "ngram") == 6
     assert spec.rates(hist, "ngram")[0] == Speculation.PRIOR_OTHER  # the history is a third class
     assert set(spec.snapshot()["acceptance"]) == {"ngram/match>=4", "ngram+buffers/match>=4"}
+
+
+def test_healed_matches_have_their_own_acceptance():
+    """A healed match (the cursor split a token; its first draft tokens are re-encoded text) is
+    learned apart from exact matches of the same length and source, from the same prior."""
+    spec = Speculation(TRUE, learn=False)
+    exact = Proposal(list(range(6)), "context", match_len=4)
+    healed = Proposal(list(range(6)), "context", match_len=4, healed=1)
+    healed_buf = Proposal(list(range(6)), "other.py", match_len=4, healed=1)
+    assert spec.rates(healed, "ngram") == spec.rates(exact, "ngram")
+    assert spec.rates(healed_buf, "ngram")[0] == Speculation.PRIOR_OTHER
+    for _ in range(60):
+        spec.observe(healed, 1, 0, "ngram")
+        spec.observe(exact, 6, 6, "ngram")
+    assert spec.choose(healed, "ngram") == 0 and spec.choose(exact, "ngram") == 6
+    assert set(spec.snapshot()["acceptance"]) == {"ngram/match>=4", "ngram+healed/match>=4"}
