@@ -16,7 +16,7 @@ from drafters.speculation import Speculation
 from lsp_server.engine import DecodeOptions, Engine
 from lsp_server.tiny import tiny_random
 
-from prompts import edited_prompts, random_prompt
+from prompts import ListDrafter, drafters_for, edited_prompts, random_prompt
 
 
 @pytest.fixture(scope="module", params=["torch", "llama.cpp"])
@@ -28,49 +28,6 @@ def lm(request):
     from lsp_server.model import load
 
     return load("tiny-random", backend="llama.cpp")
-
-
-class ListDrafter:
-    """Proposes from a callable (context, k) -> tokens; records what it proposed."""
-
-    def __init__(self, name, fn):
-        self.name = name
-        self.fn = fn
-        self.proposed = 0
-
-    def propose(self, context, k):
-        toks = list(self.fn(list(context), k))[:k]
-        self.proposed += len(toks)
-        return Proposal(toks, source=self.name, match_len=6)  # "confident", for the adaptive length
-
-    def update_source(self, name, tokens):
-        pass
-
-    def forget_source(self, name):
-        pass
-
-
-def drafters_for(lm, prompt, reference, rng):
-    """Real n-gram drafts, random drafts, entirely right drafts, drafts wrong at the first token."""
-    n = len(prompt)
-
-    def right(ctx, k):
-        done = len(ctx) - n
-        return reference[done : done + k]
-
-    def wrong_first(ctx, k):
-        good = right(ctx, k)
-        if not good:
-            return [rng.randrange(lm.vocab_size) for _ in range(k)]
-        return [(good[0] + 1) % lm.vocab_size, *good[1:]]
-
-    return [
-        NGramDrafter(),
-        NGramDrafter(token_text=lm.token_text, encode=lm.encode),  # heals split tokens (mostly: as plain)
-        ListDrafter("random", lambda ctx, k: [rng.randrange(lm.vocab_size) for _ in range(k)]),
-        ListDrafter("right", right),
-        ListDrafter("wrong-first", wrong_first),
-    ]
 
 
 @pytest.mark.parametrize("seed", range(12))

@@ -15,14 +15,14 @@ import random
 import pytest
 import torch
 
-from drafters import NGramDrafter, Proposal
+from drafters import NGramDrafter
 from drafters.speculation import Speculation
 from lsp_server.backend import ModelError
 from lsp_server.engine import DecodeOptions, Engine
 from lsp_server.tiny import tiny_random
 from lsp_server.torch_backend import StaticKV, TorchModel, pass_options
 
-from prompts import edited_prompts, random_prompt
+from prompts import drafters_for, edited_prompts, random_prompt
 
 
 @pytest.fixture(scope="module")
@@ -37,41 +37,6 @@ def variants(lm):
         "static": lm.with_options(static_cache=32),  # small: the sequences make it grow
         "static+padded": lm.with_options(static_cache=32, pad_to=9),
     }
-
-
-class ListDrafter:
-    def __init__(self, name, fn):
-        self.name = name
-        self.fn = fn
-
-    def propose(self, context, k):
-        return Proposal(list(self.fn(list(context), k))[:k], source=self.name, match_len=6)
-
-    def update_source(self, name, tokens):
-        pass
-
-    def forget_source(self, name):
-        pass
-
-
-def drafters_for(lm, prompt, reference, rng):
-    n = len(prompt)
-
-    def right(ctx, k):
-        done = len(ctx) - n
-        return reference[done : done + k]
-
-    def half_right(ctx, k):  # right for a random number of tokens, then wrong
-        good = right(ctx, k)
-        cut = rng.randrange(0, len(good) + 1)
-        return good[:cut] + [(t + 1) % lm.vocab_size for t in good[cut:]]
-
-    return [
-        NGramDrafter(),
-        ListDrafter("random", lambda ctx, k: [rng.randrange(lm.vocab_size) for _ in range(k)]),
-        ListDrafter("right", right),
-        ListDrafter("half-right", half_right),
-    ]
 
 
 def plain(engine, prompt, n=40, **kw):
