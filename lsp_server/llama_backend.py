@@ -183,6 +183,14 @@ class LlamaModel:
         cp.n_ctx = self.slots * self.slot_tokens
         cp.n_batch = cp.n_ubatch = self.batch = 512
         cp.n_threads = cp.n_threads_batch = self.threads
+        # Flash attention off unless DITTO_LLAMA_FLASH_ATTN=1: on the CPU it makes a token's logits
+        # depend on how the prompt was split into passes, so a prompt whose prefix came from the KV
+        # cache (reuse) got other tokens than the same prompt prefilled fresh (default model, four
+        # 600-token prompts with a 400-token prefix reused: 2 of 4 differed within 16 tokens with it,
+        # 0 of 4 without; prefill about 10% slower without; docs/backends.md).
+        self.flash_attn = os.environ.get("DITTO_LLAMA_FLASH_ATTN", "0") == "1"
+        cp.flash_attn_type = getattr(L, "LLAMA_FLASH_ATTN_TYPE_ENABLED" if self.flash_attn
+                                     else "LLAMA_FLASH_ATTN_TYPE_DISABLED")
         cp.no_perf = True
         _LOG_TAIL.clear()
         self._ctx = self._native.ctx = L.llama_init_from_model(self._model, cp)
@@ -219,7 +227,7 @@ class LlamaModel:
 
     def describe(self) -> dict:
         return {"backend": self.kind, "device": "gpu" if self.gpu else "cpu", "dtype": self.dtype,
-                "threads": self.threads}
+                "threads": self.threads, "flash_attn": self.flash_attn}
 
     # -- text side ---------------------------------------------------------------------
     def encode(self, text: str) -> list[int]:
