@@ -376,7 +376,8 @@ def test_nvim_012_ghost_text_comes_when_insert_mode_starts_while_the_model_loads
     """Insert mode starts before the model is ready (its load is slow on purpose) and no key is
     typed: the suggestion still appears, and Tab accepts it (issue 16)."""
     require(NVIM_012)
-    line = first_suggesting_line(EXAMPLE.read_text(encoding="utf-8"))
+    # run_nvim edits tmp_path/project/shapes.py: the server's prompt names that path.
+    line = first_suggesting_line(EXAMPLE.read_text(encoding="utf-8"), str(tmp_path / "project" / "shapes.py"))
     r = run_nvim(NVIM_012, "loading", tmp_path, budget_s=150, lines=[line],
                  serve_args=("--debug-hooks", "--debug-load-delay", "600"))
     assert r["state_before"] == "loading" and r["waiting"] >= 1  # the request waited for the model
@@ -390,9 +391,11 @@ def test_nvim_012_ghost_text_comes_when_insert_mode_starts_while_the_model_loads
     assert r["stats"]["waited"] >= 1 and r["stats"]["completed"] >= 1
 
 
-def first_suggesting_line(text: str) -> int:
+def first_suggesting_line(text: str, name: str) -> int:
     """The first of end_of_line_candidates where tiny-random's suggestion (the server's default
-    settings) has a visible first line, computed in-process: the ghost text Neovim must show."""
+    settings) has a visible first line, computed in-process: the ghost text Neovim must show.
+    `name`: the file's path as the server names it in the prompt (tiny-random's suggestion
+    depends on it, and is empty wherever its first character cannot be inserted)."""
     from lsp_server.completer import Completer
     from lsp_server.model import load
     from lsp_server.settings import Settings
@@ -400,7 +403,7 @@ def first_suggesting_line(text: str) -> int:
     completer = Completer(load("tiny-random"))
     rows = text.split("\n")
     for line in end_of_line_candidates(text):
-        sug = completer.complete(text, line - 1, len(rows[line - 1]), name="shapes.py",
+        sug = completer.complete(text, line - 1, len(rows[line - 1]), name=name,
                                  options=Settings().decode_options())
         if sug.text.split("\n")[0].strip():
             return line
