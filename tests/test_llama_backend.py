@@ -57,7 +57,8 @@ def one_by_one(lm, ids: list[int], start: int) -> torch.Tensor:
 
 def test_it_is_a_backend_and_a_tokenizer_like_the_torch_one(lm, ref):
     assert isinstance(lm, Backend) and isinstance(lm, Tokenizer)
-    assert lm.describe() == {"backend": "llama.cpp", "device": "cpu", "dtype": "F32", "threads": lm.threads}
+    assert lm.describe() == {"backend": "llama.cpp", "device": "cpu", "dtype": "F32", "threads": lm.threads,
+                             "flash_attn": False}
     assert lm.vocab_size == ref.vocab_size
     assert lm.vocabulary() == ref.vocabulary()
     assert lm.fim == ref.fim and lm.fim is not None
