@@ -78,6 +78,10 @@ class Backend(Protocol):
 
     def describe(self) -> dict: ...
 
+    # Optional: reusable(cache, keep, length) -> int, how much of a cached prefix of `keep` tokens a
+    # new prompt of `length` tokens may keep (default: all of it). The llama.cpp backend keeps whole blocks only, so that
+    # reuse computes what a fresh prefill computes (lsp_server/llama_backend.py).
+
 
 class Model(Backend, Tokenizer, Protocol):
     """A loaded model: both sides in one object."""

@@ -198,18 +198,27 @@ class Engine:
         limit = min(len(state.ids), len(want))
         while keep < limit and state.ids[keep] == want[keep]:
             keep += 1
+        reusable = getattr(self.lm, "reusable", None)
+        if reusable is not None:  # a backend whose passes are not batch-invariant (lsp_server/llama_backend.py)
+            keep = reusable(state.cache, keep, len(want))
         if keep < len(state.ids):
             self.lm.crop(state.cache, keep)
             del state.ids[keep:]
         stats.reused_tokens = keep
-        rest = want[keep:]
-        for start in range(0, len(rest), max(1, opts.prefill_chunk)):
+        step = max(1, opts.prefill_chunk)
+        block = getattr(self.lm, "block", 1)
+        if block > 1:  # chunks end on whole blocks, so a chunk that finished before a cancel stays reusable
+            step = max(block, step - step % block)
+        pos = keep
+        while pos < len(want):
             if cancel is not None and cancel.is_set():
                 raise Cancelled
-            chunk = rest[start : start + opts.prefill_chunk]
+            end = min(len(want), pos + step if block == 1 else (pos // step + 1) * step)
+            chunk = want[pos:end]
             self.lm.forward(chunk, state.cache, last=1)
             state.ids.extend(chunk)
             stats.prefill_tokens += len(chunk)
+            pos = end
 
     def warm(self, prompt: Sequence[int], cache_key: str, cancel: threading.Event | None = None,
              chunk: int = 64) -> Stats:

@@ -18,6 +18,16 @@ Implements the interface of lsp_server/backend.py over llama-cpp-python's low-le
   stream, whatever else the context holds. A verified draft therefore computes exactly
   what plain decoding computes, and the measured T(n) tells the speculation policy what
   drafting costs on this backend.
+- The same holds for prompts: a row's logits and KV depend on how many rows share its pass
+  and where it sits among them (default model: a prompt's last logits moved by up to 0.35
+  when its first token ran in a pass of its own). So prompt passes are cut at absolute
+  positions, multiples of `block` (32): a fresh prefill runs [0, 32), [32, 64), ... and a
+  partial last block. A cache records how far its positions were computed in such whole
+  blocks (`aligned`), and `reusable(cache, keep, length)` lets the engine keep a cached
+  prefix only up to the last whole block within it (or all of it when it is the very prompt
+  whose last partial block ran in one pass: `tail`); the rest is recomputed in the blocks a
+  fresh prefill uses. Reuse then gives the bits of a fresh prefill (up to 31 more tokens recomputed
+  per request; passes of 32 rows cost what passes of 512 cost here; docs/backends.md).
 - Text side: llama.cpp's own tokenizer from the GGUF (special tokens in text are parsed
   as the torch backend's tokenizer parses them); FIM tokens and stop ids are read from
   the GGUF's vocabulary (lsp_server/backend.py).
@@ -103,10 +113,12 @@ def _route_log(llama_cpp) -> None:
 class LlamaCache:
     """One sequence: `n` tokens at positions 0..n-1, resident in `slot` or swapped out to `saved`."""
 
-    __slots__ = ("n", "slot", "saved", "used", "__weakref__")
+    __slots__ = ("n", "aligned", "tail", "slot", "saved", "used", "__weakref__")
 
     def __init__(self):
         self.n = 0
+        self.aligned = 0  # positions < aligned were computed in whole-block prompt passes
+        self.tail = 0  # the end of a shorter pass that began at `aligned` (a prompt's last block), or 0
         self.slot: int | None = None
         self.saved = None  # ctypes byte array from llama_state_seq_get_data while swapped out
         self.used = 0
@@ -182,6 +194,7 @@ class LlamaModel:
         cp.kv_unified = False  # one KV stream per sequence: a sequence's cells are its positions
         cp.n_ctx = self.slots * self.slot_tokens
         cp.n_batch = cp.n_ubatch = self.batch = 512
+        self.block = max(1, min(self.batch, int(os.environ.get("DITTO_LLAMA_BLOCK") or 32)))  # prompt pass cut
         cp.n_threads = cp.n_threads_batch = self.threads
         # Flash attention off unless DITTO_LLAMA_FLASH_ATTN=1: on the CPU it makes a token's logits
         # depend on how the prompt was split into passes, so a prompt whose prefix came from the KV
@@ -315,14 +328,20 @@ class LlamaModel:
             return torch.from_numpy(np.stack(rows))
 
     def _run(self, ids: list[int], cache: LlamaCache, slot: int, logits: bool):
-        """Decode `ids` into `slot` after cache.n (in passes of at most `batch` tokens); the last row's logits."""
+        """Decode `ids` into `slot` after cache.n; the last row's logits.
+
+        Passes are cut where the absolute position is a multiple of `block` (the module
+        docstring), so a prompt is computed in the same passes whatever the cache held.
+        """
         L = self._L
         out = None
-        for start in range(0, len(ids), self.batch):
-            chunk = ids[start : start + self.batch]
-            n = len(chunk)
+        start = 0
+        while start < len(ids):
+            pos = cache.n
+            n = min(len(ids) - start, self.block - pos % self.block)
+            chunk = ids[start : start + n]
             self._tokens[:n] = chunk
-            self._pos[:n] = np.arange(cache.n, cache.n + n, dtype=np.int32)
+            self._pos[:n] = np.arange(pos, pos + n, dtype=np.int32)
             self._nseq[:n] = 1
             self._want[:n] = 0
             end = start + n == len(ids)
@@ -337,10 +356,28 @@ class LlamaModel:
             if rc != 0:
                 raise RuntimeError(f"llama.cpp decode failed (code {rc}) at position {cache.n} of slot {slot}")
             cache.n += n
+            if cache.aligned == pos:  # on whole blocks: as a fresh prefill computes this pass
+                if n == self.block:
+                    cache.aligned, cache.tail = cache.n, 0
+                else:
+                    cache.tail = cache.n
+            start += n
             if logits and end:
                 ptr = L.llama_get_logits_ith(self._ctx, n - 1)
                 out = np.ctypeslib.as_array(ptr, shape=(self.vocab_size,)).copy()
         return out
+
+    def reusable(self, cache: LlamaCache, keep: int, length: int | None = None) -> int:
+        """How much of a cached prefix of `keep` tokens a prompt of `length` tokens may keep.
+
+        Up to the last whole block within it; all of it when it is exactly the prompt and its
+        last partial block ran in one pass (the idle prefill of this very prompt).
+        """
+        keep = max(0, min(int(keep), cache.n))
+        if keep == length and keep == cache.tail:
+            return keep
+        keep = min(keep, cache.aligned)
+        return keep - keep % self.block
 
     def crop(self, cache: LlamaCache, keep: int) -> None:
         with self._lock:
@@ -348,6 +385,9 @@ class LlamaModel:
             if keep >= cache.n:
                 return
             cache.n = keep
+            cache.aligned = min(cache.aligned, keep - keep % self.block)
+            if cache.tail > keep:
+                cache.tail = 0
             if cache.slot is not None:
                 self._L.llama_memory_seq_rm(self._mem, cache.slot, keep, -1)
             elif keep == 0:
@@ -359,7 +399,7 @@ class LlamaModel:
             if cache.slot is not None and self._native.ctx:
                 self._L.llama_memory_seq_rm(self._mem, cache.slot, -1, -1)
                 self._slots[cache.slot] = None
-            cache.slot, cache.saved, cache.n = None, None, 0
+            cache.slot, cache.saved, cache.n, cache.aligned, cache.tail = None, None, 0, 0, 0
 
     # -- slots -----------------------------------------------------------------------------
     def _resident(self, cache: LlamaCache) -> int:
@@ -400,7 +440,7 @@ class LlamaModel:
         L.llama_memory_seq_rm(self._mem, lru_slot, -1, -1)
         lru.slot, lru.saved = None, (data if got else None)
         if not got:
-            lru.n = 0
+            lru.n = lru.aligned = lru.tail = 0
             log.warning("llama.cpp could not save a sequence of slot %d; it will be recomputed", lru_slot)
         self._slots[lru_slot] = None
         return lru_slot

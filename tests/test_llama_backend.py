@@ -121,6 +121,65 @@ def test_a_reused_prefix_gives_the_logits_of_a_fresh_prefill(lm):
         lm.release(split)
 
 
+def test_prompt_passes_are_cut_at_whole_blocks_and_only_whole_blocks_are_reused(lm, monkeypatch):
+    """A row's logits depend on the rows sharing its pass (the default model: up to 0.35 apart,
+    tests/test_llama_reuse.py), so prompt passes are cut at multiples of `block` of the absolute
+    position, and a cached prefix is kept only up to the last block computed whole: what is
+    recomputed then runs in the passes a fresh prefill runs."""
+    passes = []
+    real = lm._L
+
+    class Spy:
+        def __getattr__(self, name):
+            return getattr(real, name)
+
+        def llama_decode(self, ctx, batch):
+            passes.append((int(lm._pos[0]), int(batch.n_tokens)))
+            return real.llama_decode(ctx, batch)
+
+    monkeypatch.setattr(lm, "_L", Spy())
+    b = lm.block
+    assert b == 32
+    ids = ids_of(3 * b + 10, seed=3)
+    c = lm.new_cache()
+    try:
+        lm.forward(ids[: b + 5], c, last=1)
+        assert passes == [(0, b), (b, 5)]
+        assert lm.reusable(c, b + 5) == b  # the partial block is not kept by another prompt
+        assert lm.reusable(c, b + 5, b + 6) == b
+        assert lm.reusable(c, b + 5, b + 5) == b + 5  # but it is by this very prompt (one pass, as fresh)
+        assert lm.reusable(c, b - 1) == 0  # nor part of a whole one
+        passes.clear()
+        lm.forward(ids[b + 5 : 3 * b + 10], c, last=1)  # continuing mid-block: cut at 2b and 3b
+        assert passes == [(b + 5, b - 5), (2 * b, b), (3 * b, 10)]
+        assert lm.reusable(c, 3 * b + 10) == b  # [b, 2b) ran in two passes: not a fresh prefill's
+        lm.crop(c, b)
+        lm.forward(ids[b : 3 * b + 10], c, last=1)
+        assert lm.reusable(c, 3 * b + 10) == 3 * b
+        assert lm.reusable(c, 3 * b + 10, 3 * b + 10) == 3 * b + 10
+        lm.crop(c, 2 * b + 3)
+        assert lm.reusable(c, 2 * b + 3, 2 * b + 3) == 2 * b  # the tail pass was cut
+        passes.clear()
+        lm.forward(ids[2 * b + 3 : 2 * b + 4], c, last=1)  # a decode step
+        assert passes == [(2 * b + 3, 1)] and lm.reusable(c, 2 * b + 4, 2 * b + 4) == 2 * b
+    finally:
+        lm.release(c)
+    assert lm.reusable(c, 10) == 0
+
+
+def test_the_engine_keeps_only_what_the_backend_calls_reusable(lm):
+    from lsp_server.engine import DecodeOptions, Engine
+
+    engine = Engine(lm)
+    ids = ids_of(100, seed=4)
+    opts = DecodeOptions(max_new_tokens=4)
+    engine.generate(ids, options=opts, cache_key="doc")
+    again = ids[:70] + ids_of(20, seed=5)  # shares 70 tokens with the cached prompt
+    reused = engine.generate(again, options=opts, cache_key="doc")
+    assert reused.stats.reused_tokens == 64
+    assert reused.tokens == engine.generate(again, options=opts).tokens
+
+
 def test_crop_keeps_the_first_tokens(lm):
     ids = ids_of(30, seed=1)
     c = lm.new_cache()
