@@ -73,6 +73,19 @@ def test_a_pass_never_costs_less_than_one_token_nor_more_than_its_tokens_one_by_
     assert spec.cost(2) <= 2.05 * spec.cost(1)
 
 
+def test_a_pass_over_fewer_tokens_never_costs_more_than_one_over_more():
+    """A few passes timed in a loaded minute can leave one point above the next (seen: T(3) 2.24 x
+    T(1) beside T(4) 1.98 x); a 2-token draft then looked dearer than a 3-token one."""
+    spec = Speculation({1: 100.0, 2: 180.0, 3: 224.0, 4: 198.0, 9: 330.0})
+    costs = [spec.cost(n) for n in range(1, 13)]
+    assert costs == sorted(costs)
+    assert spec.cost(3) == spec.cost(4) == pytest.approx(198.0)
+    assert spec.cost(2) == pytest.approx(180.0)
+    two = Proposal([1, 2], "context", match_len=2)
+    spec.acceptance[("ngram", 2)], spec.continuation[("ngram", 2)] = 0.666, 0.833  # as learned on one repository
+    assert spec.choose(two, "ngram") == 2  # E(2) = 2.22 tokens for 1.98 x T(1): pays
+
+
 def test_net_rule_verifies_extra_tokens_that_pay_at_the_plain_rate():
     # T(2)/T(1) = 1.1, T(9)/T(1) = 3.0, a1 = ac = 0.8. E(k) / T(k + 1) peaks at k = 3, but
     # the 4th and 5th tokens still bring more than plain decoding would in their extra
