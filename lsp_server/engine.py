@@ -95,6 +95,8 @@ class Stats:
     decode_ms: float = 0.0
     wall_ms: float = 0.0
     stop_reason: str = ""
+    tie_replays: int = 0  # verify passes undone at a near-tie and decoded again one token per pass
+    tie_passes: int = 0  # passes those cost (the undone pass and the replay), not in target_passes
     drafted_at: list[int] = field(default_factory=list)  # per draft position: proposals
     accepted_at: list[int] = field(default_factory=list)  # per draft position: acceptances
 
@@ -377,6 +379,12 @@ class Engine:
         proposal to verify and learns from every timed pass; `scorer` scores offered drafts.
         `t_decode`: when decoding began (the time budget counts from it, not from prefill)."""
         stop_ids = self.lm.stop_ids
+        # A backend whose multi-row passes are not batch-invariant but close (torch float32 on a
+        # CPU) names the logit margin below which a verify pass may decide otherwise than plain
+        # decoding; such a round is undone (docs/backends.md, "Near-ties").
+        tie = getattr(self.lm, "tie_margin", None) if opts.greedy else None
+        start = len(seq) - 1  # the cache held seq[:start] (the prompt but its last token) on entry
+        plain_until = 0
         while True:
             if len(out) >= opts.max_new_tokens:
                 return "length"
@@ -386,6 +394,8 @@ class Engine:
                 return "time"
             # One pass yields up to k + 1 tokens; never overshoot the token budget.
             k = min(opts.draft_max, opts.max_new_tokens - len(out) - 1)
+            if len(seq) < plain_until:
+                k = 0  # past a near-tie one token per pass, as plain decoding
             proposal = self.propose(drafter, seq, k)
             offered = len(proposal.tokens)
             if scorer is not None:
@@ -401,6 +411,23 @@ class Engine:
             t = time.perf_counter()
             logits = self.verify(state, seq, draft)
             n_acc, token = self.accept(logits, proposal, opts, gen)
+            if tie and draft:
+                top = logits[: n_acc + 1].float().topk(2, dim=-1).values
+                close = ((top[:, 0] - top[:, 1]) < tie).nonzero()
+                if len(close):
+                    # A row that decided a token by less than the noise between pass shapes: plain
+                    # decoding might have chosen the runner-up. Undo the round, and recompute every
+                    # generated token one per pass (earlier verify passes wrote KV a little off
+                    # plain decoding's), so the near-tie is decided on plain decoding's exact logits.
+                    del state.ids[start:]
+                    self.lm.crop(state.cache, start)
+                    for tid in seq[start:-1]:
+                        self.lm.forward([tid], state.cache, last=1)
+                        state.ids.append(tid)
+                    stats.tie_passes += 1 + len(seq) - 1 - start
+                    stats.tie_replays += 1
+                    plain_until = len(seq) + int(close[0]) + 1
+                    continue
             if spec is not None and proposal.paid and draft:
                 spec.observe(proposal, len(draft), n_acc, drafter.name)
             # Keep exactly the accepted prefix in the cache: seq[:-1] + [seq[-1]] + draft[:n_acc].

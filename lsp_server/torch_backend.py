@@ -9,7 +9,8 @@ Loading: a model directory or hub id directly; a GGUF (a packaged model, joined 
 lsp_server/packaged.py, or a user's `.gguf`) is dequantised once to float32 safetensors
 in the cache directory (about a minute for the 0.5B), so later starts take seconds.
 Device and dtype: CUDA and bfloat16 when a GPU is there, else the CPU in float32 (bf16
-on this kind of CPU is not batch-invariant; docs/design.md, "Exactness on every backend").
+on this kind of CPU is far from batch-invariant; float32 is close, and `tie_margin` says how
+close: docs/backends.md, "Near-ties").
 
 Pass shape and cache (docs/gpu.md): `pad_to=R` runs every pass over at most R tokens
 through one fixed shape of R rows (dummy tokens after the real ones, the real rows'
@@ -190,6 +191,20 @@ class TorchModel:
         """Write the weights and the tokenizer as a model directory transformers can load."""
         self._model.save_pretrained(directory)
         self._tok.save_pretrained(directory)
+
+    @property
+    def tie_margin(self) -> float | None:
+        """The logit margin under which a verify pass may decide otherwise than plain decoding.
+
+        float32 on a CPU is not batch-invariant: a row's logits in a pass of several rows differ
+        from a one-row pass by up to about 3e-5 on the default model (matrix products and
+        attention pick other kernels by row count), and a greedy tie 1.9e-6 wide went the other
+        way once in 816 tokens (docs/backends.md, "Near-ties"). The engine undoes a verify round
+        that decided a token by less than this and decodes it plainly. None where passes have
+        one fixed shape (`pad_to`) or the margin would not bound the noise (bf16)."""
+        if self.pad_to is not None or self.device.type != "cpu" or self.dtype != torch.float32:
+            return None
+        return TIE_MARGIN
 
     def describe(self) -> dict:
         d = {"backend": self.kind, "device": str(self.device), "dtype": str(self.dtype).removeprefix("torch.")}
@@ -429,6 +444,7 @@ def wrap(spec, name, model, tok, dev, dt) -> TorchModel:
     return lm
 
 
+TIE_MARGIN = 1e-3  # 30x the largest difference measured between pass shapes (3e-5, float32, CPU)
 DEFAULT_PASS_ROWS = 9  # the engine's default draft_max (8) + 1
 DEFAULT_STATIC_TOKENS = 4096  # grows (doubling, for every cache of the model) when a sequence needs more
 

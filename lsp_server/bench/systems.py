@@ -119,6 +119,7 @@ class Run:
     stop_reason: str
     steps: dict | None = None  # target passes by draft source: {"ngram": n, "model": n, "plain": n}
     rounds: list | None = None  # per target pass: [match_len, offered, verified, accepted, ms] (Ditto systems)
+    tie_replays: int = 0  # verify rounds undone at a near-tie (lsp_server/engine.py; docs/backends.md)
 
     def as_dict(self) -> dict:
         from dataclasses import asdict
@@ -165,7 +166,8 @@ def run_ditto(completer, task, system: str, options, cache_key: str | None, refe
               s.prefill_tokens, s.reused_tokens, len(sug.prompt.ids), s.target_passes,
               s.drafted, s.accepted, list(s.drafted_at), list(s.accepted_at), s.stop_reason,
               steps_by_source(sug.completion.rounds),
-              [[r.match_len, r.offered, len(r.proposed), r.accepted, r.ms] for r in sug.completion.rounds])
+              [[r.match_len, r.offered, len(r.proposed), r.accepted, r.ms] for r in sug.completion.rounds],
+              s.tie_replays)
     return run, sug
 
 
