@@ -79,8 +79,61 @@ class Backend(Protocol):
     def describe(self) -> dict: ...
 
     # Optional: reusable(cache, keep, length) -> int, how much of a cached prefix of `keep` tokens a
-    # new prompt of `length` tokens may keep (default: all of it). The llama.cpp backend keeps whole blocks only, so that
-    # reuse computes what a fresh prefill computes (lsp_server/llama_backend.py).
+    # new prompt of `length` tokens may keep (default: all of it); see WholeBlocks.
+
+
+class WholeBlocks:
+    """Prompt passes on whole blocks of absolute positions, so that KV reuse computes what a
+    fresh prefill computes (docs/backends.md, "Reuse computes what a fresh prefill computes").
+
+    Neither llama.cpp nor torch on a CPU is batch-invariant: a row's KV and logits depend on
+    how many rows share its pass. A backend mixing this in cuts every prompt pass where the
+    absolute position is a multiple of `block` (`pieces`) and reports each pass (`passed`)
+    and crop (`cropped`). A cache then records how far it was computed in whole blocks so
+    laid (`aligned`) and where a shorter pass that began there ended (`tail`); `reusable`
+    tells the engine how much of a cached prefix a new prompt may keep: whole blocks, or all
+    of it when it is that very prompt. The rest is recomputed in the passes a fresh prefill
+    runs, so by induction over blocks every cell holds a fresh prefill's bits.
+    """
+
+    block = 32  # 0: passes are not cut and a cached prefix is kept whole (torch's default)
+
+    def pieces(self, pos: int, n: int) -> list[int]:
+        """Sizes of the passes for n tokens from position pos: cut at multiples of `block`."""
+        if not self.block:
+            return [n]
+        out = []
+        while n > 0:
+            size = min(n, self.block - pos % self.block)
+            out.append(size)
+            pos, n = pos + size, n - size
+        return out
+
+    def passed(self, cache, pos: int, n: int) -> None:
+        """A pass wrote positions pos..pos+n-1 of `cache`."""
+        if self.block and getattr(cache, "aligned", 0) == pos and pos % self.block == 0:
+            if n == self.block:
+                cache.aligned, cache.tail = pos + n, 0
+            elif n < self.block:
+                cache.tail = pos + n
+
+    def cropped(self, cache, keep: int) -> None:
+        """`cache` now holds its first `keep` tokens."""
+        if not self.block:
+            return
+        cache.aligned = min(getattr(cache, "aligned", 0), keep - keep % self.block)
+        if getattr(cache, "tail", 0) > keep:
+            cache.tail = 0
+
+    def reusable(self, cache, keep: int, length: int | None = None) -> int:
+        """How much of a cached prefix of `keep` tokens a prompt of `length` tokens may keep."""
+        keep = max(0, int(keep))
+        if not self.block:
+            return keep
+        if keep == length and keep == getattr(cache, "tail", 0):
+            return keep
+        keep = min(keep, getattr(cache, "aligned", 0))
+        return keep - keep % self.block
 
 
 class Model(Backend, Tokenizer, Protocol):

@@ -57,7 +57,7 @@ from typing import Sequence
 import numpy as np
 import torch
 
-from .backend import FIM_NAMES, STOP_NAMES, ModelError, Progress, find_fim_tokens, stop_token_ids
+from .backend import FIM_NAMES, STOP_NAMES, ModelError, Progress, WholeBlocks, find_fim_tokens, stop_token_ids
 
 log = logging.getLogger(__name__)
 
@@ -161,7 +161,7 @@ class ContextFull(RuntimeError):
     """A sequence would grow past the tokens one slot holds."""
 
 
-class LlamaModel:
+class LlamaModel(WholeBlocks):
     """A GGUF model in llama.cpp behind the backend interface (lsp_server/backend.py)."""
 
     kind = "llama.cpp"
@@ -336,9 +336,8 @@ class LlamaModel:
         L = self._L
         out = None
         start = 0
-        while start < len(ids):
+        for n in self.pieces(cache.n, len(ids)):
             pos = cache.n
-            n = min(len(ids) - start, self.block - pos % self.block)
             chunk = ids[start : start + n]
             self._tokens[:n] = chunk
             self._pos[:n] = np.arange(pos, pos + n, dtype=np.int32)
@@ -356,28 +355,12 @@ class LlamaModel:
             if rc != 0:
                 raise RuntimeError(f"llama.cpp decode failed (code {rc}) at position {cache.n} of slot {slot}")
             cache.n += n
-            if cache.aligned == pos:  # on whole blocks: as a fresh prefill computes this pass
-                if n == self.block:
-                    cache.aligned, cache.tail = cache.n, 0
-                else:
-                    cache.tail = cache.n
+            self.passed(cache, pos, n)
             start += n
             if logits and end:
                 ptr = L.llama_get_logits_ith(self._ctx, n - 1)
                 out = np.ctypeslib.as_array(ptr, shape=(self.vocab_size,)).copy()
         return out
-
-    def reusable(self, cache: LlamaCache, keep: int, length: int | None = None) -> int:
-        """How much of a cached prefix of `keep` tokens a prompt of `length` tokens may keep.
-
-        Up to the last whole block within it; all of it when it is exactly the prompt and its
-        last partial block ran in one pass (the idle prefill of this very prompt).
-        """
-        keep = max(0, min(int(keep), cache.n))
-        if keep == length and keep == cache.tail:
-            return keep
-        keep = min(keep, cache.aligned)
-        return keep - keep % self.block
 
     def crop(self, cache: LlamaCache, keep: int) -> None:
         with self._lock:
@@ -385,9 +368,7 @@ class LlamaModel:
             if keep >= cache.n:
                 return
             cache.n = keep
-            cache.aligned = min(cache.aligned, keep - keep % self.block)
-            if cache.tail > keep:
-                cache.tail = 0
+            self.cropped(cache, keep)
             if cache.slot is not None:
                 self._L.llama_memory_seq_rm(self._mem, cache.slot, keep, -1)
             elif keep == 0:

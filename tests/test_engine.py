@@ -185,9 +185,35 @@ def test_reuse_keeps_the_common_prefix(lm):
     assert out.stats.prefill_tokens == len(p1) - 1 and out.stats.reused_tokens == 0
     p2 = p1[:40] + [99, 98]
     out2 = engine.generate(p2, options=DecodeOptions(max_new_tokens=4, draft_max=0), cache_key="a")
-    kept = 40 - 40 % getattr(lm, "block", 1)  # llama.cpp keeps whole blocks only (lsp_server/llama_backend.py)
+    kept = 40 - 40 % (lm.block or 1)  # llama.cpp keeps whole blocks only (backend.py WholeBlocks)
     assert out2.stats.reused_tokens == kept < len(p1)
     assert out2.stats.prefill_tokens == len(p2) - 1 - kept
+
+
+def test_a_reused_prefix_holds_the_bits_of_a_fresh_prefill(lm, monkeypatch):
+    """Neither backend is batch-invariant on a CPU (the tiny torch model: a prompt's last logits
+    1.9e-6 to 1.4e-5 apart after other splits), so prompt passes run on whole blocks and a cached
+    prefix is kept only as far as `reusable` says (backend.py WholeBlocks): then the bits agree.
+    (On torch whole blocks are opt-in, DITTO_TORCH_BLOCK; this test turns them on.)"""
+    if not lm.block:
+        monkeypatch.setattr(lm, "block", 32)
+    rng = random.Random(11)
+    ids = [rng.randrange(6, lm.vocab_size) for _ in range(300)]
+    want, last = ids[:-1], ids[-1]
+    fresh = lm.new_cache()
+    lm.forward(want, fresh, last=1)
+    expected = lm.forward([last], fresh, last=1)
+    lm.release(fresh)
+    for before in (1, 100, 200, len(want) - 1, len(want)):  # where an earlier prompt ended
+        c = lm.new_cache()
+        lm.forward(want[:before], c, last=1)
+        lm.forward([last], c, last=1)  # and a decoded token after it
+        keep = lm.reusable(c, before, len(want))
+        lm.crop(c, keep)
+        if keep < len(want):
+            lm.forward(want[keep:], c, last=1)
+        assert torch.equal(lm.forward([last], c, last=1), expected), before
+        lm.release(c)
 
 
 def test_kv_store_is_bounded(lm):
@@ -229,7 +255,7 @@ def test_warm_prefills_for_a_later_request_and_keeps_what_it_did_when_cancelled(
         st = engine.warm(prompt, "doc", cancel=cancel, chunk=16)
     finally:
         del lm.forward
-    step = max(16, getattr(lm, "block", 1))  # llama.cpp's chunks end on whole blocks of 32
+    step = max(16, lm.block)  # llama.cpp's chunks end on whole blocks of 32
     assert st.stop_reason == "cancelled" and st.prefill_tokens == 2 * step and passes == [step, step]
     out = engine.generate(prompt, options=opts, cache_key="doc")
     assert out.stats.reused_tokens == 2 * step and out.tokens == cold.tokens
