@@ -201,21 +201,23 @@ class Engine:
         while keep < limit and state.ids[keep] == want[keep]:
             keep += 1
         reusable = getattr(self.lm, "reusable", None)
-        if reusable is not None:  # a backend whose passes are not batch-invariant (lsp_server/llama_backend.py)
+        if reusable is not None:  # passes that are not batch-invariant (lsp_server/backend.py WholeBlocks)
             keep = reusable(state.cache, keep, len(want))
         if keep < len(state.ids):
             self.lm.crop(state.cache, keep)
             del state.ids[keep:]
         stats.reused_tokens = keep
+        # Chunks end at multiples of `step` (absolute positions); where the backend cuts passes on
+        # whole blocks, step is a multiple of the block, so a chunk finished before a cancel stays reusable.
         step = max(1, opts.prefill_chunk)
-        block = getattr(self.lm, "block", 1)
-        if block > 1:  # chunks end on whole blocks, so a chunk that finished before a cancel stays reusable
+        block = getattr(self.lm, "block", 0)
+        if block:
             step = max(block, step - step % block)
         pos = keep
         while pos < len(want):
             if cancel is not None and cancel.is_set():
                 raise Cancelled
-            end = min(len(want), pos + step if block == 1 else (pos // step + 1) * step)
+            end = min(len(want), (pos // step + 1) * step)
             chunk = want[pos:end]
             self.lm.forward(chunk, state.cache, last=1)
             state.ids.extend(chunk)

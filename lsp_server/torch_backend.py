@@ -203,7 +203,7 @@ class TorchModel(WholeBlocks):
         float32 on a CPU is not batch-invariant: a row's logits in a pass of several rows differ
         from a one-row pass by up to about 3e-5 on the default model (matrix products and
         attention pick other kernels by row count), and a greedy tie 1.9e-6 wide went the other
-        way once in 816 tokens (docs/backends.md, "Near-ties"). The engine undoes a verify round
+        way in one of 34 benchmark tasks (docs/backends.md, "Near-ties"). The engine undoes a verify round
         that decided a token by less than this and decodes it plainly. None where passes have
         one fixed shape (`pad_to`) or the margin would not bound the noise (bf16)."""
         if self.pad_to is not None or self.device.type != "cpu" or self.dtype != torch.float32:
