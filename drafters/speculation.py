@@ -289,9 +289,11 @@ class Speculation:
         engine's: every dict is copied first (one C-level copy, atomic under the GIL)."""
         shape, level = dict(self.shape), self.level
         acceptance, continuation, observed = dict(self.acceptance), dict(self.continuation), dict(self.observed)
-        t1 = level * shape[1]
-        return {"costs_ms": {str(n): round(level * v, 2) for n, v in shape.items()},
-                "cost_ratios": {str(n): round(level * v / t1, 3) for n, v in shape.items() if n > 1},
+        # The costs the choices use: a point above a later one reads as the later one (`_shape`).
+        used = {n: min([v, *(w for m, w in shape.items() if m > n)]) for n, v in shape.items()}
+        t1 = level * used[1]
+        return {"costs_ms": {str(n): round(level * v, 2) for n, v in used.items()},
+                "cost_ratios": {str(n): round(level * v / t1, 3) for n, v in used.items() if n > 1},
                 "load_level": round(level, 3),
                 "passes_timed": {str(n): c for n, c in sorted(dict(self.passes).items())},
                 "learning_costs": self.learn,

@@ -81,6 +81,8 @@ def test_a_pass_over_fewer_tokens_never_costs_more_than_one_over_more():
     assert costs == sorted(costs)
     assert spec.cost(3) == spec.cost(4) == pytest.approx(198.0)
     assert spec.cost(2) == pytest.approx(180.0)
+    snap = spec.snapshot()  # ditto/stats shows the costs the choices use
+    assert snap["costs_ms"]["3"] == pytest.approx(198.0) and snap["cost_ratios"]["3"] == pytest.approx(1.98)
     two = Proposal([1, 2], "context", match_len=2)
     spec.acceptance[("ngram", 2)], spec.continuation[("ngram", 2)] = 0.666, 0.833  # as learned on one repository
     assert spec.choose(two, "ngram") == 2  # E(2) = 2.22 tokens for 1.98 x T(1): pays
