@@ -5,7 +5,11 @@ reason when that is absent. CI runs it (the README's first command installs the 
 
 - Greedy: at a dozen positions in real files of this repository, the engine with every
   drafter (n-gram adaptive and at fixed lengths, the draft-model drafter, the hybrid)
-  produces exactly the tokens of drafting off. The draft model is the default model
+  produces exactly the tokens of drafting off. The first position in each file has the
+  server's prompt budget (about 1,300 tokens there), the other two the benchmark's
+  completion-mode budget (384 tokens, the README's `--context-tokens 384`): two full
+  prefills (drafting off's and the draft model's) of a 1,300-token prompt take about 45 s
+  of the 55 s a position costs on one core, and the drafting paths are the same at any length. The draft model is the default model
   itself: the only other model of the family (the 1.5B) is a 1.1 GB install; with the
   same weights the model drafts are nearly always right, so the n-gram drafts are where
   rejections (and cache crops) happen.
@@ -28,7 +32,7 @@ from drafters import NGramDrafter
 from drafters.model_drafter import HybridDrafter, ModelDrafter
 from drafters.probs import filtered_probs
 from drafters.speculation import Speculation
-from lsp_server.context import build_prompt
+from lsp_server.context import ContextBudget, build_prompt
 from lsp_server.engine import DecodeOptions, Engine
 
 from test_sampling import chi_square_pvalue
@@ -38,6 +42,7 @@ pytestmark = [pytest.mark.model, pytest.mark.usefixtures("one_thread")]
 ROOT = Path(__file__).resolve().parent.parent
 FILES = ["lsp_server/engine.py", "drafters/ngram.py", "lsp_server/server.py", "lsp_server/completer.py"]
 NEW_TOKENS = 12
+SHORT = ContextBudget(total=384, above=384 // 2, below=384 // 5, snippets=384 // 4)  # lsp_server/bench/cli.py `_budget`
 # Pass costs as this CPU measures them (ms, T(1) = one token); injected, so the adaptive
 # choice is the same on every run and the test does not depend on the machine's load.
 COSTS = {1: 300.0, 2: 480.0, 3: 600.0, 4: 700.0, 6: 800.0, 9: 900.0}
@@ -54,7 +59,8 @@ def lm():
 
 
 def positions(count_per_file: int = 3):
-    """(name, text, line, col): spread-out non-blank lines, cursor after the indentation and first word."""
+    """(name, text, line, col, budget): spread-out non-blank lines, cursor after the indentation and
+    first word; the first in each file with the server's prompt budget, the others with SHORT."""
     out = []
     for name in FILES:
         text = (ROOT / name).read_text()
@@ -66,7 +72,8 @@ def positions(count_per_file: int = 3):
             line = lines[i]
             indent = len(line) - len(line.lstrip())
             word = line.lstrip().split(" ", 1)[0]
-            out.append((name, text, i, indent + len(word) + (1 if len(word) < len(line.strip()) else 0)))
+            budget = ContextBudget() if not out or out[-1][0] != name else SHORT
+            out.append((name, text, i, indent + len(word) + (1 if len(word) < len(line.strip()) else 0), budget))
     return out
 
 
@@ -75,12 +82,14 @@ POSITIONS = positions()
 
 def test_the_positions_are_a_dozen_spread_over_real_files():
     assert len(POSITIONS) == 12 and len({p[0] for p in POSITIONS}) == len(FILES)
+    assert sum(p[4] == ContextBudget() for p in POSITIONS) == len(FILES)  # one long prompt per file
 
 
 @pytest.mark.parametrize("where", range(len(POSITIONS)), ids=[f"{p[0]}:{p[2] + 1}" for p in POSITIONS])
 def test_every_drafter_equals_drafting_off_greedy(lm, where):
-    name, text, line, col = POSITIONS[where]
-    prompt = build_prompt(lm, text, line, col, path=name).ids
+    name, text, line, col, budget = POSITIONS[where]
+    prompt = build_prompt(lm, text, line, col, path=name, budget=budget).ids
+    assert len(prompt) <= budget.total
     engine = Engine(lm)
     engine.speculation = Speculation(COSTS)
     engine.speculation.set_draft_costs(120.0, 8.0)
