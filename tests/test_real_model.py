@@ -6,11 +6,11 @@ reason when that is absent. CI runs it (the README's first command installs the 
 - Greedy: at a dozen positions in real files of this repository, the engine with every
   drafter (n-gram adaptive and at fixed lengths, the draft-model drafter, the hybrid)
   produces exactly the tokens of drafting off. The first position in each file has the
-  server's prompt budget (about 1,300 tokens there), the other two the benchmark's
+  server's prompt budget (up to about 1,300 tokens there), the other two the benchmark's
   completion-mode budget (384 tokens, the README's `--context-tokens 384`): two full
   prefills (drafting off's and the draft model's) of a 1,300-token prompt take about 45 s
-  of the 55 s a position costs on one core, and the drafting paths are the same at any length. The draft model is the default model
-  itself: the only other model of the family (the 1.5B) is a 1.1 GB install; with the
+  of the 55 s a position costs on one core, and the drafting paths are the same at any length.
+  The draft model is the default model itself: the only other model of the family (the 1.5B) is a 1.1 GB install; with the
   same weights the model drafts are nearly always right, so the n-gram drafts are where
   rejections (and cache crops) happen.
 - Sampling: at positions where the n-gram drafter does draft (one of them only by a healed
