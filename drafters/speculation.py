@@ -115,14 +115,18 @@ class Speculation:
         self.draft_ms, self.draft_token_ms = float(draft_ms), float(draft_token_ms)
 
     def _shape(self, n: int) -> float:
+        return self._shape_of(self.shape, n)
+
+    @staticmethod
+    def _shape_of(shape: dict[int, float], n: int) -> float:
         """shape(n), linearly interpolated between points (extrapolated past the last), and never
         above the shape at a larger n: a pass over fewer tokens does not cost more. (A point
         learned from a few passes in a loaded minute once made T(3) 2.24 x T(1) beside T(4)
         1.98 x, and the policy then skipped 2-token drafts it would have verified as 3.)"""
-        if n in self.shape:
-            value = self.shape[n]
+        if n in shape:
+            value = shape[n]
         else:
-            pts = list(self.shape.items())
+            pts = list(shape.items())
             value = None
             for (n0, t0), (n1, t1) in zip(pts, pts[1:]):
                 if n0 < n < n1:
@@ -131,7 +135,7 @@ class Speculation:
             if value is None:
                 (n0, t0), (n1, t1) = pts[-2], pts[-1]
                 value = t1 + (t1 - t0) / max(1, n1 - n0) * (n - n1)
-        later = [t for m, t in self.shape.items() if m > n]
+        later = [t for m, t in shape.items() if m > n]
         return min([value, *later])
 
     def cost(self, n: int) -> float:
@@ -289,8 +293,7 @@ class Speculation:
         engine's: every dict is copied first (one C-level copy, atomic under the GIL)."""
         shape, level = dict(self.shape), self.level
         acceptance, continuation, observed = dict(self.acceptance), dict(self.continuation), dict(self.observed)
-        # The costs the choices use: a point above a later one reads as the later one (`_shape`).
-        used = {n: min([v, *(w for m, w in shape.items() if m > n)]) for n, v in shape.items()}
+        used = {n: self._shape_of(shape, n) for n in shape}  # the costs the choices use
         t1 = level * used[1]
         return {"costs_ms": {str(n): round(level * v, 2) for n, v in used.items()},
                 "cost_ratios": {str(n): round(level * v / t1, 3) for n, v in used.items() if n > 1},

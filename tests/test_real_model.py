@@ -10,9 +10,9 @@ reason when that is absent. CI runs it (the README's first command installs the 
   completion-mode budget (384 tokens, the README's `--context-tokens 384`): two full
   prefills (drafting off's and the draft model's) of a 1,300-token prompt take about 45 s
   of the 55 s a position costs on one core, and the drafting paths are the same at any length.
-  The draft model is the default model itself: the only other model of the family (the 1.5B) is a 1.1 GB install; with the
-  same weights the model drafts are nearly always right, so the n-gram drafts are where
-  rejections (and cache crops) happen.
+  The draft model is the default model itself: the only other model of the family (the
+  1.5B) is a 1.1 GB install; with the same weights the model drafts are nearly always
+  right, so the n-gram drafts are where rejections (and cache crops) happen.
 - Sampling: at positions where the n-gram drafter does draft (one of them only by a healed
   match: the cursor splits a token), 2-token continuations
   sampled with drafting (temperature 1, top-k 4, so the support is at most 16 pairs) fit
@@ -32,6 +32,7 @@ from drafters import NGramDrafter
 from drafters.model_drafter import HybridDrafter, ModelDrafter
 from drafters.probs import filtered_probs
 from drafters.speculation import Speculation
+from lsp_server.bench.cli import _budget
 from lsp_server.context import ContextBudget, build_prompt
 from lsp_server.engine import DecodeOptions, Engine
 
@@ -42,7 +43,7 @@ pytestmark = [pytest.mark.model, pytest.mark.usefixtures("one_thread")]
 ROOT = Path(__file__).resolve().parent.parent
 FILES = ["lsp_server/engine.py", "drafters/ngram.py", "lsp_server/server.py", "lsp_server/completer.py"]
 NEW_TOKENS = 12
-SHORT = ContextBudget(total=384, above=384 // 2, below=384 // 5, snippets=384 // 4)  # lsp_server/bench/cli.py `_budget`
+SHORT = _budget(384)  # the benchmark's completion-mode budget at --context-tokens 384
 # Pass costs as this CPU measures them (ms, T(1) = one token); injected, so the adaptive
 # choice is the same on every run and the test does not depend on the machine's load.
 COSTS = {1: 300.0, 2: 480.0, 3: 600.0, 4: 700.0, 6: 800.0, 9: 900.0}
@@ -65,14 +66,14 @@ def positions(count_per_file: int = 3):
     for name in FILES:
         text = (ROOT / name).read_text()
         lines = text.split("\n")
-        for frac in [(i + 1) / (count_per_file + 1) for i in range(count_per_file)]:
+        for j, frac in enumerate((i + 1) / (count_per_file + 1) for i in range(count_per_file)):
             i = int(len(lines) * frac)
             while i < len(lines) - 1 and len(lines[i].strip()) < 12:
                 i += 1
             line = lines[i]
             indent = len(line) - len(line.lstrip())
             word = line.lstrip().split(" ", 1)[0]
-            budget = ContextBudget() if not out or out[-1][0] != name else SHORT
+            budget = ContextBudget() if j == 0 else SHORT
             out.append((name, text, i, indent + len(word) + (1 if len(word) < len(line.strip()) else 0), budget))
     return out
 
