@@ -3,7 +3,7 @@
 Plain Python on token ids; no torch, no LSP. See `base.Drafter` for the protocol.
 """
 
-from .base import Drafter, Proposal
-from .ngram import NGramDrafter, NGramIndex
+from drafters.base import Drafter, Proposal
+from drafters.ngram import NGramDrafter, NGramIndex
 
 __all__ = ["Drafter", "Proposal", "NGramDrafter", "NGramIndex"]

@@ -61,3 +61,7 @@ class Drafter(Protocol):
     def update_source(self, name: str, tokens: Sequence[int]) -> None: ...
 
     def forget_source(self, name: str) -> None: ...
+
+    def set_options(self, options) -> None:
+        """The request's decoding options (a model drafter samples its drafts as the target
+        samples; a lookup drafter ignores them)."""

@@ -16,10 +16,10 @@ confident match and the speculation policy (drafters/speculation.py), counting t
 model's catch-up on the prompt, says it pays (see its docstring).
 
 This is one of two drafter modules that need torch. A draft model is a loaded model of
-the backend interface (lsp_server/backend.py: forward, new_cache, crop, vocab_size, and
+the backend interface (lsp_server/backends/base.py: forward, new_cache, crop, vocab_size, and
 the text side's vocabulary() for the same-tokenizer check), so drafters/ never imports
 transformers or LSP. Left out on purpose: acceptance (the engine decides), loading
-models (lsp_server/model.py), pass costs (drafters/speculation.py).
+models (lsp_server/backends/loader.py), pass costs (drafters/speculation.py).
 """
 
 from __future__ import annotations
@@ -30,10 +30,10 @@ from typing import Callable, Sequence
 
 import torch
 
-from .base import Proposal
-from .ngram import NGramDrafter
-from .probs import filtered_probs
-from .speculation import Speculation
+from drafters.base import Proposal
+from drafters.ngram import NGramDrafter
+from drafters.probs import filtered_probs
+from drafters.speculation import Speculation
 
 
 class TokenizerMismatch(ValueError):

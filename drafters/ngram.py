@@ -38,7 +38,7 @@ from __future__ import annotations
 from collections import Counter
 from typing import Callable, Sequence
 
-from .base import Proposal
+from drafters.base import Proposal
 
 CONTEXT = "context"
 
@@ -143,6 +143,9 @@ class NGramDrafter:
         self._sources: dict[str, tuple[int, NGramIndex]] = {}
 
     # -- sources -----------------------------------------------------------------
+
+    def set_options(self, options) -> None:
+        """Lookup does not depend on the decoding options (drafters/base.py, `Drafter`)."""
     def update_source(self, name: str, tokens: Sequence[int], priority: int = 1) -> None:
         """Add or update a named buffer (priority 1) or history (priority 2) source."""
         if name == CONTEXT:

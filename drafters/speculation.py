@@ -49,7 +49,7 @@ token of its first pass (the catch-up on tokens its cache lacks), times `draft_s
 moving ratio of measured to predicted drafting time.
 
 Pure Python: no torch, no LSP. `measure_pass_costs` / `measure_draft_costs` time a model
-through the backend interface (lsp_server/backend.py) and are the only timing code.
+through the backend interface (lsp_server/backends/base.py) and are the only timing code.
 """
 
 from __future__ import annotations
@@ -58,7 +58,7 @@ import math
 import time
 from typing import Sequence
 
-from .base import Proposal
+from drafters.base import Proposal
 
 
 class Speculation:

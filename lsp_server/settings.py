@@ -6,10 +6,10 @@ send the options flat or under a "ditto" key, in snake_case or camelCase
 (`maxTokens` == `max_tokens`). Unknown keys are ignored with a warning; a value of the
 wrong type or out of range raises SettingsError with one line naming the key.
 
-This dataclass is the one list of settings. The `serve` flags (cli.add_model_args /
+This dataclass is the one list of settings. The `serve` flags (lsp_server/commands/options.py add_model_args /
 add_decode_args), the VS Code settings (editors/vscode/package.json, src/config.ts) and
 the Neovim `setup()` options (editors/nvim/lua/ditto/init.lua) are checked against
-`Settings.user_keys()` by tests/test_settings_paths.py, which fails when one drifts.
+`Settings.user_keys()` by tests/lsp/test_settings_paths.py, which fails when one drifts.
 
 The `debug_*` settings are test hooks (slow or failing model passes, a dump of the
 server's copy of a document). A client can set them only when the server was started
@@ -22,12 +22,13 @@ Left out on purpose: pygls, torch (this module is imported by the CLI before eit
 from __future__ import annotations
 
 import dataclasses
-import re
 import json
+import re
 from dataclasses import dataclass, field, fields
 
+from drafters.registry import DRAFTERS  # the drafter names; every list of them is this one
+from lsp_server.backends.loader import BACKENDS
 
-DRAFTERS = ("none", "ngram", "model", "hybrid")  # the drafter names; every list of them is this one
 DEBUG_PREFIX = "debug_"  # settings named so are test hooks, off unless `serve --debug-hooks`
 CLI_ONLY = ("debug_hooks",)  # settable by `ditto-lsp serve` flags only, never by a client
 ALIASES = {"time_budget": "time_budget_s"}  # client key (snake_case) -> field
@@ -43,7 +44,7 @@ class Settings:
     model: str = "default"  # default | qwen2.5-coder-0.5b | tiny-random | FILE.gguf | DIR | hub id
     device: str = "auto"  # auto | cpu | cuda | cuda:N
     dtype: str = "auto"  # auto | float32 | bfloat16 | float16
-    backend: str = "auto"  # auto | torch | llama.cpp (lsp_server/model.py choose_backend)
+    backend: str = "auto"  # auto | torch | llama.cpp (lsp_server/backends/loader.py choose_backend)
     trust_remote_code: bool = False  # let a model directory's own Python code run
     # A remote engine's transport (model = http[s]://HOST:PORT/v1#NAME; docs/team.md): {"headers": {...}
     # (never logged; values may use ${DITTO_*} variables), "caFile", "certFile", "keyFile", "body": {extra
@@ -78,7 +79,7 @@ class Settings:
         return tuple(getattr(self, k) for k in self.MODEL_KEYS)
 
     def decode_options(self):
-        from .engine import DecodeOptions
+        from lsp_server.decoding.types import DecodeOptions
 
         return DecodeOptions(max_new_tokens=self.max_tokens, temperature=self.temperature, top_p=self.top_p,
                              top_k=self.top_k, draft_max=self.draft_max, seed=self.seed,
@@ -86,7 +87,7 @@ class Settings:
 
     def completer_settings(self):
         """The Completer's share of these settings (built here only; imports torch, so not at module load)."""
-        from .completer import CompleterSettings
+        from lsp_server.completion.completer import CompleterSettings
 
         return CompleterSettings(drafter=self.drafter, multiline=self.multiline, draft_model=self.draft_model)
 
@@ -170,7 +171,7 @@ class Settings:
             ("load_wait_s", 0 <= self.load_wait_s <= 86_400, "in [0, 86400]"),
             ("debug_load_delay_s", 0 <= self.debug_load_delay_s <= 86_400, "in [0, 86400]"),
             ("model", bool(self.model.strip()), "a non-empty model spec"),
-            ("backend", self.backend in ("auto", "torch", "llama.cpp"), "auto, torch or llama.cpp"),
+            ("backend", self.backend in BACKENDS, ", ".join(BACKENDS[:-1]) + " or " + BACKENDS[-1]),
         ]
         for name, ok, want in checks:
             if not ok:
@@ -222,7 +223,7 @@ def _check(name: str, value, default):
         shown = "{...}" if name == "remote" else repr(value)
         raise SettingsError(f"setting {name!r} must be a {wants[0].__name__}, got {shown}")
     if name == "remote":
-        from .remote_backend import check_remote_setting
+        from lsp_server.backends.remote.transport import check_remote_setting
 
         try:
             return check_remote_setting(value)

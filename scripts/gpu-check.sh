@@ -1,7 +1,7 @@
 #!/usr/bin/env bash
 # The GPU check in one command (docs/gpu.md): run from anywhere; writes gpucheck.json,
 # gpucheck.md and gpucheck.log to $OUT (default ./gpucheck-out). Extra arguments go to
-# `python -m lsp_server.gpucheck` (e.g. --tiny --device cpu for a quick CPU run).
+# `python -m ditto_bench.gpucheck` (e.g. --tiny --device cpu for a quick CPU run).
 #
 # It needs torch and transformers only (the device machine has both). Wheels in .whl/ at
 # the repository root, if any travelled, are installed first into /tmp/ditto-site.
@@ -18,4 +18,4 @@ mkdir -p "$out"
 export PYTHONUNBUFFERED=1 TOKENIZERS_PARALLELISM=false
 # 470 s: the check budgets itself (--budget-s, 420 s of phases on CUDA) and rewrites its
 # JSON after every phase; the timeout only guards against a hang, inside 8 minutes.
-timeout 470 "$python" -m lsp_server.gpucheck --out "$out" "$@" 2>&1 | tee "$out/gpucheck.log"
+timeout 470 "$python" -m ditto_bench.gpucheck --out "$out" "$@" 2>&1 | tee "$out/gpucheck.log"

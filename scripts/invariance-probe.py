@@ -10,8 +10,8 @@ import random
 
 import torch
 
-from lsp_server.tiny import tiny_random, tiny_random_model
-from lsp_server.torch_backend import TorchModel
+from lsp_server.backends.tiny import tiny_random, tiny_random_model
+from lsp_server.backends.torch.model import TorchModel
 
 
 def probe(lm: TorchModel, ids: list[int], k: int = 9) -> float:

@@ -12,7 +12,7 @@
  *    camelCase names and reloads the model when `model`/`device`/`dtype`/`backend` change.
  *
  * The server settings are the server's Settings fields (lsp_server/settings.py), camelCase.
- * tests/test_settings_paths.py checks package.json's `ditto.*` properties against those
+ * tests/lsp/test_settings_paths.py checks package.json's `ditto.*` properties against those
  * fields and SERVER_KEYS below against package.json; test/unit/config.test.ts checks
  * DEFAULTS against package.json. The drafter names are package.json's enum, not a copy.
  */

@@ -21,7 +21,7 @@ const SHOTS = arg("shots", "/tmp/ditto-vscode-e2e");
 const CHROMIUM = arg("chromium", "/usr/bin/chromium");
 const LOAD_DELAY_MS = Number(arg("load-delay", "0")) * 1000;
 // Typed on the empty last line, inside `def area` of class Square. tiny-random's suggestion
-// there is not empty (tests/test_editor_vscode.py checks it in-process).
+// there is not empty (tests/editors/test_editor_vscode.py checks it in-process).
 const TYPED = "        return ";
 const require = createRequire(path.join(process.env.PW_DIR ?? process.cwd(), "/"));
 const { chromium } = require("playwright-core");

@@ -14,7 +14,7 @@ M.name = 'ditto'
 
 --- Server settings: sent as initializationOptions. The names are the server's own (its Settings
 --- fields, lsp_server/settings.py; `ditto-lsp serve --help` says what each does). Left unset, the
---- server's default holds. tests/test_settings_paths.py checks this list against the server's.
+--- server's default holds. tests/lsp/test_settings_paths.py checks this list against the server's.
 M.server_options = {
   'model', 'device', 'dtype', 'backend', 'trust_remote_code', 'remote', 'drafter', 'draft_model', 'max_tokens',
   'draft_max', 'temperature', 'top_p', 'top_k', 'seed', 'time_budget_s', 'multiline', 'adaptive', 'idle_prefill',

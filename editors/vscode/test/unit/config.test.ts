@@ -108,7 +108,7 @@ test("changeKind: launch settings restart, server settings notify, enable does n
 });
 
 // package.json is what VS Code shows and validates; these keep config.ts in step with it (and
-// tests/test_settings_paths.py keeps package.json in step with the server's Settings).
+// tests/lsp/test_settings_paths.py keeps package.json in step with the server's Settings).
 const properties = manifest.contributes.configuration.properties as Record<string, { default?: unknown }>;
 const CLIENT_ONLY = ["enable", ...RESTART_KEYS];
 

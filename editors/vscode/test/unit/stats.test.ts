@@ -51,7 +51,7 @@ test("progress: the latest message, else the title", () => {
   assert.match(stateView("failed", "no ditto-lsp").tooltip, /no ditto-lsp/);
 });
 
-// The reply of the server as it is (lsp_server/server.py DittoServer.stats).
+// The reply of the server as it is (lsp_server/lsp/server.py DittoServer.stats).
 const SERVER_STATS = {
   requests: 5, completed: 4, empty: 1, cancelled: 1, superseded: 2, dropped_stale: 0, not_ready: 0, invalid: 0, errors: 0,
   latency_ms: { p50: 180.2, p95: 1450, count: 4 },

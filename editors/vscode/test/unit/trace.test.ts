@@ -15,7 +15,7 @@ const TRACE = {
   ],
 };
 
-// The reply of the server as it is (lsp_server/server.py DittoServer._record).
+// The reply of the server as it is (lsp_server/lsp/server.py DittoServer._record).
 const SERVER_TRACE = {
   uri: "file:///w/a.py", version: 3, position: { line: 22, character: 15 },
   text: "self.side", raw: "self.side\n", drafter: "ngram", stop_reason: "block_end",

@@ -1,0 +1,172 @@
+"""Run the systems over harvested tasks and produce per-task records (see metrics.py).
+
+Completion mode runs every system on one task before the next task, on the same prompt
+and token budget: `off` first (it prefills the prompt under the task's cache key and is
+the reference), then the other Ditto systems (reusing that prefill), then the
+transformers systems (budget = the tokens `off` generated). Keystroke mode types the
+ground truth one character at a time and requests a completion after each keystroke.
+Session mode replays several tasks of one file in sequence with one cache (session.py).
+
+Every system starts each task (session) with a fresh prompt window for the document
+(context.py), so a system's prompts never depend on which system or task ran before.
+"""
+
+from __future__ import annotations
+
+from dataclasses import replace
+from typing import Callable, Iterator
+
+from ditto_bench import metrics
+from ditto_bench.systems import DITTO, fixed_k, generated_ids, run_ditto, run_hf
+
+
+def same_output(run, ref) -> bool:
+    """Same suggestion as `off`, token for token up to where the stop rules cut.
+
+    The engine applies the Completer's stop rule after each round, so a system that gains
+    several tokens per pass may return a few tokens past the point where `off` stopped;
+    those never reach the user (the ghost-text rules cut them). So: equal text, and one
+    token list a prefix of the other.
+    """
+    n = min(len(run.tokens), len(ref.tokens))
+    return run.text == ref.text and run.tokens[:n] == ref.tokens[:n]
+
+
+class Bench:
+    def __init__(self, lm, completer, options, lookup_tokens: int = 10):
+        self.lm = lm
+        self.completer = completer
+        self.options = options
+        self.lookup_tokens = lookup_tokens
+
+    # -- warm-up ---------------------------------------------------------------------------
+    def warm_up(self, task, systems: list[str], mode: str) -> None:
+        """Run each system once on a short budget (results discarded)."""
+        short = replace(self.options, max_new_tokens=min(4, self.options.max_new_tokens))
+        ref = None
+        for s in systems:
+            base = s.removesuffix("-noreuse")
+            if base in DITTO or fixed_k(base):
+                _, sug = run_ditto(self.completer, task, base, short, None, reference=ref)
+                ref = sug if base == "off" else ref
+            elif ref is not None:
+                run_hf(self.lm, ref.prompt.ids, s, 4, self.lookup_tokens)
+        self.completer.engine.clear_cache()
+        self.completer.forget_window(task.path)
+
+    # -- completion mode --------------------------------------------------------------------
+    def completion_task(self, task, systems: list[str]) -> list[dict]:
+        key = f"bench:{task.id}"
+        base = {"task": task.id, "copyable": task.copyable, "copyable_buffers": task.copyable_buffers,
+                "truth_lines": task.truth.count("\n") + 1}
+        records = []
+        ref = None
+        ref_run = None
+        self.completer.forget_window(task.path)
+        try:
+            for s in systems:
+                if s in DITTO or fixed_k(s):
+                    run, sug = run_ditto(self.completer, task, s, self.options, key, reference=ref)
+                    if s == "off":
+                        ref, ref_run = sug, run
+                    else:
+                        # Comparable end-to-end latency: the task's prefill (done once, by off) + own decode.
+                        run.prefill_ms = ref_run.prefill_ms
+                        run.latency_ms = ref_run.prefill_ms + run.decode_ms
+                else:
+                    budget = len(generated_ids(ref.completion))
+                    _, run = run_hf(self.lm, ref.prompt.ids, s, budget, self.lookup_tokens)
+                    from lsp_server.completion.context import finish
+
+                    run.text = finish(self.lm.decode(run.tokens), ref.prompt, self.completer.settings.multiline)
+                rec = {**base, "system": s, **run.as_dict(), "raw": self.lm.decode(run.tokens)}
+                if s == "off":  # the prompt, so that drafting policies can be replayed offline on off's tokens
+                    rec["prompt_ids"] = list(ref.prompt.ids)
+                rec["identical"] = same_output(run, ref_run)
+                if s != "off" and not rec["identical"]:
+                    rec["reference_text"] = ref_run.text
+                rec.update(metrics.quality(run.text, task.truth))
+                records.append(rec)
+        finally:
+            self.completer.engine.forget(key)
+        return records
+
+    # -- keystroke mode ---------------------------------------------------------------------
+    def keystroke_task(self, task, systems: list[str], max_keystrokes: int | None,
+                       on_request: Callable[[], None] | None = None) -> Iterator[dict]:
+        """One record per request: the empty block first, then after each typed character."""
+        n = len(task.truth) if max_keystrokes is None else min(len(task.truth), max_keystrokes)
+        for s in systems:
+            base = s.removesuffix("-noreuse")
+            key = None if s.endswith("-noreuse") else f"doc:{task.path}"
+            self.completer.forget_window(task.path)
+            try:
+                for i in range(n + 1):
+                    text, line, col = task.typed(i)
+                    run, sug = run_ditto(self.completer, task, base, self.options, key, text=text, line=line, col=col)
+                    rec = {"task": task.id, "system": s, "keystroke": i, "copyable": task.copyable,
+                           "tts_ms": round(run.latency_ms, 2), "typethrough": bool(getattr(sug, "typethrough", False)),
+                           **run.as_dict()}
+                    if on_request:
+                        on_request()
+                    yield rec
+            finally:
+                if key is not None:
+                    self.completer.engine.forget(key)
+
+    # -- session mode -----------------------------------------------------------------------
+    def session(self, session, systems: list[str], max_keystrokes: int | None,
+                on_request: Callable[[], None] | None = None, idle_prefill: bool = True) -> Iterator[dict]:
+        """One record per request of the session replay (session.py), each system in turn.
+
+        A system with a cache key keeps one KV cache for the whole session (`doc:<path>`),
+        as the server keeps one per document; a -noreuse system passes none. Both follow
+        the same prompt windows (the Completer keys them by the document's name).
+
+        `idle_prefill`: the user pauses where they arrive (a `move`) before typing, and the
+        server prefills the prompt there meanwhile (server.py idle prefill, Completer.warm);
+        that prefill is the record's `idle_prefill_tokens` / `idle_prefill_ms` and is not part
+        of its time to suggestion. Systems without a cache key have nothing to prefill into.
+        """
+        from ditto_bench.session import events
+
+        for s in systems:
+            base = s.removesuffix("-noreuse")
+            key = None if s.endswith("-noreuse") else f"doc:{session.path}"
+            self.completer.forget_window(session.path)
+            self.completer.engine.clear_cache()
+            prev = None  # the previous prompt of this system in this session
+            try:
+                for ev in events(session, max_keystrokes):
+                    task = ev.task
+                    idle_tokens, idle_ms = 0, 0.0
+                    if idle_prefill and key is not None and ev.kind == "move":
+                        warm = self.completer.warm(ev.text, ev.line, ev.col, name=task.path, cache_key=key,
+                                                   others=list(session.buffers))
+                        idle_tokens, idle_ms = warm.prefill_tokens, warm.prefill_ms
+                    run, sug = run_ditto(self.completer, _with_buffers(task, session.buffers), base, self.options, key,
+                                         text=ev.text, line=ev.line, col=ev.col)
+                    typethrough = bool(getattr(sug, "typethrough", False))
+                    rec = {"session": session.id, "task": task.id, "system": s, "event": ev.kind,
+                           "keystroke": ev.keystroke, "line": ev.line, "copyable": task.copyable,
+                           "tts_ms": round(run.latency_ms, 2), "typethrough": typethrough,
+                           "start_line": None if typethrough else sug.prompt.start_line,
+                           "window_moved": (not typethrough and prev is not None
+                                            and sug.prompt.start_line != prev.start_line),
+                           # Prompt tokens an idle prefill computed while the user paused before this request.
+                           "idle_prefill_tokens": idle_tokens, "idle_prefill_ms": round(idle_ms, 1),
+                           **run.as_dict()}
+                    if not typethrough:
+                        prev = sug.prompt
+                    if on_request:
+                        on_request()
+                    yield rec
+            finally:
+                if key is not None:
+                    self.completer.engine.forget(key)
+                self.completer.forget_window(session.path)
+
+
+def _with_buffers(task, buffers):
+    """The task with the session's open buffers (one session: one set of buffers)."""
+    return task if task.buffers == buffers else replace(task, buffers=list(buffers))

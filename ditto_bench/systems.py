@@ -1,0 +1,220 @@
+"""The systems a benchmark compares, each run on the same prompt and token budget.
+
+Completion mode (one request per task):
+
+- ``off``: Ditto's engine with drafting off (the reference for identical output and speedup);
+- ``ngram``: Ditto with the n-gram drafter over the prompt and the open buffers;
+- ``model`` / ``hybrid``: Ditto with the draft-model drafter (``--draft-model``) / the
+  hybrid of n-gram lookup and the draft model (drafters/model_drafter.py); the draft
+  model's own prefill of the prompt counts in their decode time;
+- ``ngram-kN``: the n-gram drafter with every draft verified at a fixed length N (no
+  adaptive choice), to compare the adaptive length with the best fixed one;
+- ``oracle``: Ditto with a drafter that proposes the model's own greedy continuation (what
+  ``off`` produced), so every draft is accepted: the ceiling of speculation on this hardware;
+- ``hf-greedy``: transformers ``generate`` greedy, a fresh cache per call, as a library user
+  would call it;
+- ``hf-prompt-lookup``: transformers ``generate(prompt_lookup_num_tokens=N)``, its defaults
+  otherwise.
+
+The Ditto systems of one task share one cache key, so the prompt is prefilled once (by
+``off``, which runs first) and the others reuse it; prefill and decode are measured
+apart and the comparable end-to-end latency of a Ditto system is the task's prefill time
+plus its own decode time. The transformers systems get the token budget ``off`` used
+(so they do the same work, ``off``'s stop rule included) and are timed end to end, with
+the time to their first new token as their prefill.
+
+Keystroke mode: one request per typed character through the same Completer path the
+server uses, with the document's cache key (KV reuse); a ``-noreuse`` suffix runs the
+same system without a cache key. Session mode (session.py) takes the same systems.
+"""
+
+from __future__ import annotations
+
+import time
+from dataclasses import dataclass
+from typing import Sequence
+
+from drafters.base import Proposal
+
+DITTO = ("off", "ngram", "model", "hybrid", "oracle")
+HF = ("hf-greedy", "hf-prompt-lookup")
+COMPLETION_SYSTEMS = DITTO + HF
+KEYSTROKE_BASE = ("off", "ngram")
+
+
+def parse_systems(spec: str, mode: str) -> list[str]:
+    names = [s.strip() for s in spec.split(",") if s.strip()]
+    if not names:
+        raise ValueError("--systems is empty")
+    if mode in ("keystroke", "session"):
+        for n in names:
+            if n.removesuffix("-noreuse") not in KEYSTROKE_BASE:
+                raise ValueError(f"unknown {mode}-mode system {n!r}: use off, ngram, each optionally with -noreuse")
+        return list(dict.fromkeys(names))
+    for n in names:
+        if n not in COMPLETION_SYSTEMS and fixed_k(n) is None:
+            raise ValueError(f"unknown system {n!r}: use {', '.join(COMPLETION_SYSTEMS)}, or ngram-kN "
+                             "(n-gram drafts of a fixed length N, no adaptive choice)")
+    # off is the reference (identical output, speedup, oracle's target, hf budgets): always first.
+    return ["off", *[n for n in dict.fromkeys(names) if n != "off"]]
+
+
+def fixed_k(system: str) -> int | None:
+    """N for a system named ngram-kN (the n-gram drafter with a fixed draft length), else None."""
+    if system.startswith("ngram-k") and system[7:].isdigit() and int(system[7:]) > 0:
+        return int(system[7:])
+    return None
+
+
+class OracleDrafter:
+    """Proposes the reference continuation while the context still follows it."""
+
+    name = "oracle"
+
+    def __init__(self, prompt_len: int, target: Sequence[int]):
+        self.prompt_len = prompt_len
+        self.target = list(target)
+
+    def propose(self, context: Sequence[int], k: int) -> Proposal:
+        done = list(context[self.prompt_len :])
+        if k <= 0 or done != self.target[: len(done)]:
+            return Proposal([], source="oracle", match_len=0)
+        # Paid: the ceiling verifies every draft it has (no adaptive trimming).
+        return Proposal(self.target[len(done) : len(done) + k], source="oracle", match_len=len(done), paid=True)
+
+    def update_source(self, name, tokens) -> None:  # the oracle needs no buffers
+        pass
+
+    def forget_source(self, name) -> None:
+        pass
+
+    def set_options(self, options) -> None:  # greedy reference: nothing to sample
+        pass
+
+
+def generated_ids(completion) -> list[int]:
+    """Every token the loop produced, the final stop token included (rebuilt from the rounds)."""
+    out: list[int] = []
+    for r in completion.rounds:
+        out.extend(r.proposed[: r.accepted])
+        out.append(r.token)
+    return out
+
+
+@dataclass
+class Run:
+    """One system on one request; the raw numbers metrics.py aggregates."""
+
+    text: str
+    tokens: list[int]
+    generated: int
+    latency_ms: float
+    prefill_ms: float
+    decode_ms: float
+    prefill_tokens: int
+    reused_tokens: int
+    prompt_tokens: int
+    target_passes: int
+    drafted: int | None
+    accepted: int | None
+    drafted_at: list[int]
+    accepted_at: list[int]
+    stop_reason: str
+    steps: dict | None = None  # target passes by draft source: {"ngram": n, "model": n, "plain": n}
+    rounds: list | None = None  # per target pass: [match_len, offered, verified, accepted, ms] (Ditto systems)
+    tie_replays: int = 0  # verify rounds undone at a near-tie (lsp_server/decoding/engine.py; docs/backends.md)
+
+    def as_dict(self) -> dict:
+        from dataclasses import asdict
+
+        d = asdict(self)
+        for k in ("latency_ms", "prefill_ms", "decode_ms"):
+            d[k] = round(d[k], 2)
+        return d
+
+
+def run_ditto(completer, task, system: str, options, cache_key: str | None, reference=None,
+              text=None, line=None, col=None) -> tuple[Run, object]:
+    """Run a Ditto system; returns (Run, Suggestion). `reference` is off's Suggestion (oracle needs it)."""
+    text = task.document if text is None else text
+    line = task.line if line is None else line
+    col = task.col if col is None else col
+    base = system.removesuffix("-noreuse")
+    if base in ("off", "oracle"):
+        # The reference and the ceiling neither ask nor teach the speculation policy (its
+        # pass costs and acceptance estimates): only the systems under test do.
+        from dataclasses import replace
+
+        options = replace(options, adaptive=False)
+    if base == "oracle":
+        if reference is None:
+            raise ValueError("oracle needs off's completion of the same task")
+        prompt_len = len(reference.prompt.ids)
+        drafter = OracleDrafter(prompt_len, generated_ids(reference.completion))
+        sug = _complete_with(completer, drafter, task, text, line, col, options, cache_key)
+    else:
+        if base in ("model", "hybrid"):
+            # Each run pays its draft model's own prefill of the prompt (no head start from a previous system).
+            completer.drafter_for(base).reset()
+        k = fixed_k(base)
+        if k is not None:
+            from dataclasses import replace
+
+            options, base = replace(options, draft_max=k, adaptive=False), "ngram"
+        sug = completer.complete(text, line, col, name=task.path, options=options,
+                                 drafter="none" if base == "off" else base, cache_key=cache_key,
+                                 others=list(task.buffers))
+    s = sug.completion.stats
+    run = Run(sug.text, list(sug.completion.tokens), s.generated, sug.latency_ms, s.prefill_ms, s.decode_ms,
+              s.prefill_tokens, s.reused_tokens, len(sug.prompt.ids), s.target_passes,
+              s.drafted, s.accepted, list(s.drafted_at), list(s.accepted_at), s.stop_reason,
+              steps_by_source(sug.completion.rounds),
+              [[r.match_len, r.offered, len(r.proposed), r.accepted, r.ms] for r in sug.completion.rounds],
+              s.tie_replays)
+    return run, sug
+
+
+def steps_by_source(rounds) -> dict:
+    """Target passes by what drafted them: "model", "ngram" (any lookup source), "oracle", "plain" (no draft)."""
+    out = {"ngram": 0, "model": 0, "oracle": 0, "plain": 0}
+    for r in rounds:
+        kind = "plain" if not r.proposed else r.source if r.source in ("model", "oracle") else "ngram"
+        out[kind] += 1
+    return out
+
+
+def _complete_with(completer, drafter, task, text, line, col, options, cache_key):
+    """Completer.complete with a drafter object that is not one of the Completer's names."""
+    original = completer.drafter_for
+    completer.drafter_for = lambda name: drafter
+    try:
+        sug = completer.complete(text, line, col, name=task.path, options=options, drafter="oracle",
+                                 cache_key=cache_key, others=list(task.buffers))
+    finally:
+        completer.drafter_for = original
+    return sug
+
+
+def run_hf(lm, prompt_ids: list[int], system: str, max_new_tokens: int, lookup_tokens: int = 10) -> tuple[list[int], Run]:
+    """transformers generate on the same prompt ids; returns (new ids incl. a stop token, Run).
+
+    Only on the torch backend (lsp_server/backends/torch/model.py hf_generate)."""
+    from ditto_bench.hf import FirstTokenClock, hf_generate
+    from lsp_server.backends.torch.model import TorchModel
+
+    if not isinstance(lm, TorchModel):
+        raise ValueError(f"{system} runs transformers' generate: it needs the torch backend")
+    clock = FirstTokenClock()
+    t0 = time.perf_counter()
+    new, passes = hf_generate(lm, prompt_ids, max_new_tokens,
+                              lookup_tokens if system == "hf-prompt-lookup" else None, streamer=clock)
+    wall = (time.perf_counter() - t0) * 1000
+    tokens = []
+    for t in new:
+        if t in lm.stop_ids:
+            break
+        tokens.append(t)
+    first = ((clock.first or time.perf_counter()) - t0) * 1000
+    run = Run("", tokens, len(new), wall, first, wall - first, len(prompt_ids), 0, len(prompt_ids), passes,
+              None, None, [], [], "eos" if len(tokens) < len(new) else "length")
+    return new, run

@@ -1,0 +1,223 @@
+"""What the engine and the prompt builder need from a model: the backend interface.
+
+A loaded model is one object with two sides (docs/design.md, "Backends"):
+
+- the tensor side, `Backend`: `forward(ids, cache, last)` runs the model over new tokens
+  after what `cache` holds and returns float32 logits for the *last* `last` rows
+  ([last, vocab]; `last = len(ids)` for every row); `new_cache()`; `crop(cache, keep)`
+  keeps the first `keep` tokens of a cache; `release(cache)` frees what a cache holds
+  outside Python (a llama.cpp sequence); `stop_ids`; `vocab_size` (rows of the logits);
+- the text side, `Tokenizer`: `encode`, `decode`, `token_text`, `fim` (FIM token ids or
+  None), `vocabulary()` (token -> id, for the same-tokenizer check of a draft model) and
+  `special_ids()`.
+
+`describe()` says where it runs ({"backend", "device", "dtype"}) for `ditto/stats`, the
+`models` command and benchmark reports. Implementations: lsp_server/backends/torch/
+(torch + transformers, the reference and the GPU path) and lsp_server/backends/llama/
+(llama.cpp). Nothing outside a backend module reaches into the library objects it wraps.
+
+The two kinds of loaded model are types, so nothing branches on probing attributes:
+
+- a `TensorBackend` (torch, llama.cpp) runs forward passes for Ditto's own engine, and
+  declares its optional features with their defaults here: `block` (prompt passes on
+  whole blocks, `WholeBlocks`), `reusable` (how much of a cached prefix a prompt may keep),
+  `fixed_rows` (one fixed pass shape) and `tie_margin` (the near-tie guard);
+- a `GeneratingModel` (a remote engine, lsp_server/backends/remote/) has the text side
+  only and brings its own generation step (`generator()`, a `Generator`).
+
+Also here, shared by every backend: `ModelError` (one line saying what to do), FIM token
+discovery from a vocabulary, and the names of stop tokens.
+Left out on purpose: loading (lsp_server/backends/loader.py picks a backend for a spec), decoding.
+"""
+
+from __future__ import annotations
+
+import threading
+from dataclasses import dataclass
+from typing import Callable, Protocol, Sequence, runtime_checkable
+
+from lsp_server.decoding.types import DecodeOptions, Generated
+
+Progress = Callable[[str, "float | None"], None]  # (message, fraction done or None)
+
+
+class ModelError(Exception):
+    """A model could not be loaded; str(err) is one line saying what to do."""
+
+
+@dataclass(frozen=True)
+class FimTokens:
+    prefix: int
+    suffix: int
+    middle: int
+    file_sep: int | None = None
+
+
+@runtime_checkable
+class Tokenizer(Protocol):
+    """The text side of a model."""
+
+    fim: FimTokens | None
+
+    def encode(self, text: str) -> list[int]: ...
+
+    def decode(self, ids: Sequence[int]) -> str: ...
+
+    def token_text(self, tid: int) -> str: ...
+
+    def vocabulary(self) -> dict[str, int]: ...
+
+    def special_ids(self) -> dict[str, int | None]: ...
+
+
+@runtime_checkable
+class Backend(Protocol):
+    """The tensor side of a model: what the engine's decode loop calls."""
+
+    spec: str  # the spec it was loaded from
+    name: str  # a readable name
+    stop_ids: frozenset[int]
+    vocab_size: int
+    load_seconds: float
+
+    def new_cache(self) -> object: ...
+
+    def forward(self, ids: Sequence[int], cache: object, last: int): ...  # -> float32 logits [last, vocab_size]
+
+    def crop(self, cache: object, keep: int) -> None: ...
+
+    def release(self, cache: object) -> None: ...
+
+    def describe(self) -> dict: ...
+
+    # Optional: reusable(cache, keep, length) -> int, how much of a cached prefix of `keep` tokens a
+    # new prompt of `length` tokens may keep (default: all of it); see WholeBlocks.
+
+
+class WholeBlocks:
+    """Prompt passes on whole blocks of absolute positions, so that KV reuse computes what a
+    fresh prefill computes (docs/backends.md, "Reuse computes what a fresh prefill computes").
+
+    Neither llama.cpp nor torch on a CPU is batch-invariant: a row's KV and logits depend on
+    how many rows share its pass. A backend mixing this in cuts every prompt pass where the
+    absolute position is a multiple of `block` (`pieces`) and reports each pass (`passed`)
+    and crop (`cropped`). A cache then records how far it was computed in whole blocks so
+    laid (`aligned`) and where a shorter pass that began there ended (`tail`); `reusable`
+    tells the engine how much of a cached prefix a new prompt may keep: whole blocks, or all
+    of it when it is that very prompt. The rest is recomputed in the passes a fresh prefill
+    runs, so by induction over blocks every cell holds a fresh prefill's bits.
+    """
+
+    block = 32  # 0: passes are not cut and a cached prefix is kept whole (torch's default)
+
+    def pieces(self, pos: int, n: int) -> list[int]:
+        """Sizes of the passes for n tokens from position pos: cut at multiples of `block`."""
+        if not self.block:
+            return [n]
+        out = []
+        while n > 0:
+            size = min(n, self.block - pos % self.block)
+            out.append(size)
+            pos, n = pos + size, n - size
+        return out
+
+    def passed(self, cache, pos: int, n: int) -> None:
+        """A pass wrote positions pos..pos+n-1 of `cache`."""
+        if self.block and getattr(cache, "aligned", 0) == pos and pos % self.block == 0:
+            if n == self.block:
+                cache.aligned, cache.tail = pos + n, 0
+            elif n < self.block:
+                cache.tail = pos + n
+
+    def cropped(self, cache, keep: int) -> None:
+        """`cache` now holds its first `keep` tokens."""
+        if not self.block:
+            return
+        cache.aligned = min(getattr(cache, "aligned", 0), keep - keep % self.block)
+        if getattr(cache, "tail", 0) > keep:
+            cache.tail = 0
+
+    def reusable(self, cache, keep: int, length: int | None = None) -> int:
+        """How much of a cached prefix of `keep` tokens a prompt of `length` tokens may keep."""
+        keep = max(0, int(keep))
+        if not self.block:
+            return keep
+        if keep == length and keep == getattr(cache, "tail", 0):
+            return keep
+        keep = min(keep, getattr(cache, "aligned", 0))
+        return keep - keep % self.block
+
+
+class TensorBackend(WholeBlocks):
+    """Base class of the backends that run forward passes (torch, llama.cpp): the optional
+    features the engine reads, declared with their defaults (module docstring)."""
+
+    fixed_rows: int | None = None  # every pass over at most this many rows runs at this one shape (docs/gpu.md)
+    tie_margin: float | None = None  # a verify pass deciding a token by less than this is undone (docs/backends.md)
+
+
+class Model(Backend, Tokenizer, Protocol):
+    """A loaded model: both sides in one object."""
+
+
+class Generator(Protocol):
+    """The generation step of a completion (lsp_server/completion/completer.py).
+
+    It gets the prompt (token ids) and a `done(text)` rule and returns the generated text.
+    `EngineGenerator` (completer.py) runs Ditto's own engine; a remote engine's
+    `RemoteGenerator` streams over HTTP and closes the stream once `done` says the
+    suggestion has ended.
+    """
+
+    drafts: bool  # whether it uses Ditto's drafters (and so the n-gram index of the open buffers)
+    engine: object | None  # the local engine (lsp_server/decoding/engine.py), None elsewhere
+
+    def generate(self, prompt, *, options: DecodeOptions, done: Callable[[str], bool], drafter=None,
+                 cancel: threading.Event | None = None, cache_key: str | None = None) -> Generated: ...
+
+    def forget(self, key: str) -> None: ...
+
+    def stats(self, intervals: bool = False) -> dict | None:
+        """Counts of its own for `ditto/stats` (a remote engine's), or None."""
+
+
+class GeneratingModel:
+    """Base class of the models that generate elsewhere (a remote engine): the text side
+    (`Tokenizer`) plus `generator()`, the Completer's generation step."""
+
+    def generator(self) -> Generator:
+        raise NotImplementedError
+
+
+# (prefix, suffix, middle, file separator) as different model families name them.
+FIM_NAMES = [
+    ("<|fim_prefix|>", "<|fim_suffix|>", "<|fim_middle|>", "<|file_sep|>"),  # Qwen2.5-Coder
+    ("<fim_prefix>", "<fim_suffix>", "<fim_middle>", "<file_sep>"),  # StarCoder(2), SantaCoder
+    ("<｜fim▁begin｜>", "<｜fim▁hole｜>", "<｜fim▁end｜>", None),  # DeepSeek-Coder
+    ("▁<PRE>", "▁<SUF>", "▁<MID>", None),  # CodeLlama
+    ("<PRE>", "<SUF>", "<MID>", None),
+]
+
+# Tokens that end a suggestion wherever the vocabulary has them.
+STOP_NAMES = ("<|endoftext|>", "<|im_end|>", "<|fim_pad|>", "<|repo_name|>", "<|file_sep|>", "<|fim_prefix|>",
+              "<|fim_suffix|>", "<|fim_middle|>", "<fim_pad>", "<file_sep>", "<|end_of_text|>", "<EOT>",
+              "▁<EOT>", "<｜end▁of▁sentence｜>")
+
+
+def find_fim_tokens(vocab: dict[str, int]) -> FimTokens | None:
+    """The FIM tokens a vocabulary (token text -> id) defines; None if it has none."""
+    for p, s, m, f in FIM_NAMES:
+        ids = [vocab.get(t) for t in (p, s, m)]
+        if all(i is not None for i in ids):
+            return FimTokens(int(ids[0]), int(ids[1]), int(ids[2]),
+                             int(vocab[f]) if f and vocab.get(f) is not None else None)
+    return None
+
+
+def stop_token_ids(vocab: dict[str, int], eos: Sequence[int] = (), fim: FimTokens | None = None) -> frozenset[int]:
+    """End-of-text ids: the model's own `eos`, every STOP_NAMES token it has, and its FIM tokens."""
+    stop = {int(t) for t in eos if isinstance(t, int)}
+    stop.update(int(vocab[n]) for n in STOP_NAMES if vocab.get(n) is not None)
+    if fim is not None:
+        stop.update(t for t in (fim.prefix, fim.suffix, fim.middle, fim.file_sep) if t is not None)
+    return frozenset(stop)

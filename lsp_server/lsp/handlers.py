@@ -1,0 +1,181 @@
+"""The LSP methods: one small function per method, registered by `register` (the only place
+that names them). Each snapshots what it needs and hands the work to the server
+(lsp_server/lsp/server.py and its mixins).
+
+- `textDocument/inlineCompletion` is registered WITH InlineCompletionOptions (else pygls
+  2.1.1 does not advertise it); `textDocument/completion` is the fallback (one item).
+- Custom requests `ditto/stats` and `ditto/trace`; the notification `ditto/didMoveCursor`
+  aims idle prefill; with the `debug_documents` setting (which a client can set only when
+  the server runs as `ditto-lsp serve --debug-hooks`), `ditto/debug/document` answers the
+  server's text of an open document (tests compare it with a reference model of the edits).
+"""
+
+from __future__ import annotations
+
+import asyncio
+import logging
+
+from lsprotocol import types
+from pygls.exceptions import JsonRpcInvalidParams, JsonRpcMethodNotFound
+
+from lsp_server.lsp.documents import Snapshot
+from lsp_server.lsp.protocol import edit_end
+
+log = logging.getLogger(__name__)
+
+STATS = "ditto/stats"
+TRACE = "ditto/trace"
+CURSOR = "ditto/didMoveCursor"  # notification {textDocument: {uri}, position}: aims idle prefill
+DEBUG_DOCUMENT = "ditto/debug/document"
+
+
+def _get(obj, *names, default=None):
+    """Read a field of custom-request params (a namedtuple, dict or None)."""
+    for name in names:
+        if obj is None:
+            return default
+        obj = obj.get(name) if isinstance(obj, dict) else getattr(obj, name, None)
+    return default if obj is None else obj
+
+
+def on_initialize(ls, params: types.InitializeParams):
+    ls.loop = asyncio.get_running_loop() if _has_loop() else None
+    if params.initialization_options is not None:
+        ls.apply_settings(params.initialization_options, "initializationOptions", load=False)
+
+def on_initialized(ls, params: types.InitializedParams):
+    ls.loop = asyncio.get_running_loop()
+    ls.request_load()
+
+def on_shutdown(ls, params):
+    ls.scheduler.close()
+
+def on_configuration(ls, params: types.DidChangeConfigurationParams):
+    ls.apply_settings(params.settings, "workspace/didChangeConfiguration")
+
+def on_open(ls, params: types.DidOpenTextDocumentParams):
+    ls.mark_dirty(params.text_document.uri, params.text_document.text)
+    ls.aim(params.text_document.uri, types.Position(line=0, character=0))
+
+def on_change(ls, params: types.DidChangeTextDocumentParams):
+    doc = ls.document(params.text_document.uri)
+    if doc is not None:
+        ls.mark_dirty(doc.uri, doc.source)
+        ls.note_change(params.text_document.uri, params)
+        end = edit_end(params.content_changes, ls.workspace.position_codec.client_num_units)
+        if end is not None:
+            ls.aim(params.text_document.uri, end)
+
+def on_cursor(ls, params):
+    uri = _get(params, "textDocument", "uri")
+    line, char = _get(params, "position", "line"), _get(params, "position", "character")
+    if isinstance(uri, str) and isinstance(line, int) and isinstance(char, int) and line >= 0 and char >= 0:
+        ls.aim(uri, types.Position(line=line, character=char))
+
+def on_close(ls, params: types.DidCloseTextDocumentParams):
+    ls.mark_dirty(params.text_document.uri, None)
+    ls.traces.pop(params.text_document.uri, None)
+    ls._request_seq.pop(params.text_document.uri, None)
+
+async def inline_completion(ls, params: types.InlineCompletionParams):
+    snap = ls.snapshot(params.text_document.uri, params.position)
+    if snap is None:
+        ls.counters.invalid += 1
+        return None
+    sel = params.context.selected_completion_info if params.context else None
+    replace = ls.selected_range(snap, sel)
+    if replace is not None:
+        start_col, end_col = replace
+        line_text = snap.text.split("\n")[snap.line]
+        new_line = line_text[:start_col] + sel.text + line_text[end_col:]
+        lines = snap.text.split("\n")
+        lines[snap.line] = new_line
+        snap = Snapshot(snap.uri, snap.version, "\n".join(lines), snap.line, start_col + len(sel.text),
+                        snap.position)
+    text = await ls.suggest(snap)
+    if not text:
+        return None
+    if replace is not None:
+        items = [types.InlineCompletionItem(insert_text=sel.text + text, range=sel.range)]
+    else:
+        here = types.Range(start=snap.position, end=snap.position)
+        items = [types.InlineCompletionItem(insert_text=text, range=here)]
+        first = text.split("\n", 1)[0]
+        invoked = params.context and params.context.trigger_kind == types.InlineCompletionTriggerKind.Invoked
+        if invoked and "\n" in text and first.strip():
+            items.append(types.InlineCompletionItem(insert_text=first, range=here))
+    return types.InlineCompletionList(items=items)
+
+async def completion(ls, params: types.CompletionParams):
+    snap = ls.snapshot(params.text_document.uri, params.position)
+    if snap is None:
+        ls.counters.invalid += 1
+        return None
+    text = await ls.suggest(snap)
+    if not text:
+        return None
+    line_text = snap.text.split("\n")[snap.line]
+    start = snap.col
+    while start > 0 and (line_text[start - 1].isalnum() or line_text[start - 1] == "_"):
+        start -= 1
+    word = line_text[start:snap.col]
+    first = text.split("\n", 1)[0]
+    edit_range = types.Range(start=ls.to_client(snap.text, snap.line, start), end=snap.position)
+    item = types.CompletionItem(
+        label=first if first.strip() else text.strip().split("\n", 1)[0],
+        kind=types.CompletionItemKind.Text,
+        detail="Ditto",
+        documentation=types.MarkupContent(kind=types.MarkupKind.PlainText, value=text) if "\n" in text else None,
+        filter_text=word + first,
+        sort_text="0",
+        insert_text_format=types.InsertTextFormat.PlainText,
+        text_edit=types.TextEdit(range=edit_range, new_text=word + text),
+    )
+    return types.CompletionList(is_incomplete=True, items=[item])
+
+def stats(ls, params):
+    return ls.stats(intervals=bool(_get(params, "remoteIntervals", default=False)))
+
+def trace(ls, params):
+    uri = _get(params, "uri") or _get(params, "textDocument", "uri")
+    if uri is not None and not isinstance(uri, str):
+        raise JsonRpcInvalidParams("ditto/trace: uri must be a string")
+    if uri is None:
+        return None
+    return ls.traces.get(uri)
+
+def debug_document(ls, params):
+    if not ls.settings.debug_documents:
+        raise JsonRpcMethodNotFound(f"{DEBUG_DOCUMENT} is off: needs `serve --debug-hooks` and debugDocuments")
+    uri = _get(params, "uri")
+    if not isinstance(uri, str):
+        raise JsonRpcInvalidParams(f"{DEBUG_DOCUMENT}: uri must be a string")
+    doc = ls.document(uri)
+    return None if doc is None else {"uri": uri, "version": doc.version, "text": doc.source}
+
+
+def register(server) -> None:
+    """Register every handler on `server` (a DittoServer)."""
+    server.feature(types.INITIALIZE)(on_initialize)
+    server.feature(types.INITIALIZED)(on_initialized)
+    server.feature(types.SHUTDOWN)(on_shutdown)
+    server.feature(types.WORKSPACE_DID_CHANGE_CONFIGURATION)(on_configuration)
+    server.feature(types.TEXT_DOCUMENT_DID_OPEN)(on_open)
+    server.feature(types.TEXT_DOCUMENT_DID_CHANGE)(on_change)
+    server.feature(CURSOR)(on_cursor)
+    server.feature(types.TEXT_DOCUMENT_DID_CLOSE)(on_close)
+    server.feature(types.TEXT_DOCUMENT_INLINE_COMPLETION, types.InlineCompletionOptions())(inline_completion)
+    server.feature(types.TEXT_DOCUMENT_COMPLETION, types.CompletionOptions(trigger_characters=[".", "(", " "]))(completion)
+    server.feature(STATS)(stats)
+    server.feature(TRACE)(trace)
+    server.feature(DEBUG_DOCUMENT)(debug_document)
+
+
+
+def _has_loop() -> bool:
+    try:
+        asyncio.get_running_loop()
+        return True
+    except RuntimeError:
+        return False
+

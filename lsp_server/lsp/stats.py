@@ -1,0 +1,82 @@
+"""The server's counters and the `ditto/stats` answer (a mixin of DittoServer, lsp_server/lsp/server.py)."""
+
+from __future__ import annotations
+
+from collections import deque
+from dataclasses import dataclass, field
+
+from lsp_server.numbers import percentile
+
+
+@dataclass
+class Counters:
+    requests: int = 0  # inline + completion requests received
+    completed: int = 0  # answered with the model's result (empty or not)
+    empty: int = 0  # of which the suggestion was empty (answered None)
+    cancelled: int = 0  # $/cancelRequest
+    superseded: int = 0  # replaced by a newer request for the same document
+    dropped_stale: int = 0  # the document changed while computing
+    not_ready: int = 0  # no model: its load failed, or took longer than load_wait_s (answered None)
+    waited: int = 0  # arrived while the model loaded, and waited for it
+    invalid: int = 0  # unknown document or position outside it (answered None)
+    errors: int = 0  # the engine raised
+    stale_passes: int = 0  # model passes begun for a request already cancelled or superseded
+    stale_passes_max: int = 0  # the most such passes for one request
+    drafted: int = 0
+    accepted: int = 0
+    generated: int = 0
+    target_passes: int = 0
+    typethrough: int = 0  # answered with the rest of the suggestion on screen, without the model
+    idle_prefills: int = 0  # idle prefills that ran (the worker had nothing else to do)
+    idle_prefill_tokens: int = 0  # prompt tokens they prefilled
+    idle_prefills_stopped: int = 0  # of which stopped early by a request or a newer aim (their chunks stay cached)
+    idle_hits: int = 0  # requests whose prompt was at least 90% in the cache right after an idle prefill
+    latencies_ms: deque = field(default_factory=lambda: deque(maxlen=1000))
+
+
+
+class StatsMixin:
+    """`ditto/stats`: counters, latency percentiles, the model, the speculation policy, the worker."""
+
+    def stats(self, intervals: bool = False) -> dict:
+        c = self.counters
+        return {
+            "requests": c.requests,
+            "completed": c.completed,
+            "empty": c.empty,
+            "cancelled": c.cancelled,
+            "superseded": c.superseded,
+            "dropped_stale": c.dropped_stale,
+            "not_ready": c.not_ready,
+            "waited": c.waited,
+            "waiting": sum(not f.done() for f in self._waiting.values()),
+            "invalid": c.invalid,
+            "errors": c.errors,
+            "stale_passes": c.stale_passes,
+            "stale_passes_max": c.stale_passes_max,
+            "latency_ms": {"p50": percentile(c.latencies_ms, 50, 1), "p95": percentile(c.latencies_ms, 95, 1),
+                           "count": len(c.latencies_ms)},
+            "acceptance_rate": round(c.accepted / c.drafted, 4) if c.drafted else None,
+            "tokens_per_target_pass": round(c.generated / c.target_passes, 4) if c.target_passes else None,
+            "drafted": c.drafted,
+            "accepted": c.accepted,
+            "typethrough": c.typethrough,
+            "idle_prefill": {"runs": c.idle_prefills, "tokens": c.idle_prefill_tokens,
+                             "stopped": c.idle_prefills_stopped, "hits": c.idle_hits},
+            "model": self.model_info.get("model") if self.model_state == "ready" else self.settings.model,
+            "device": self.model_info.get("device") if self.model_state == "ready" else None,
+            "dtype": self.model_info.get("dtype") if self.model_state == "ready" else None,
+            "backend": self.model_info.get("backend") if self.model_state == "ready" else None,
+            "model_state": self.model_state,
+            "model_error": self.model_error,
+            "speculation": (self.completer.engine.speculation.snapshot()
+                            if self.completer is not None and self.completer.engine is not None
+                            and self.completer.engine.speculation else None),
+            # A remote engine's counts; with {"remoteIntervals": true}, each request's (start, first piece,
+            # end, outcome) in wall-clock seconds (ditto_bench/storm.py measures the engine's concurrency).
+            "remote": self.completer.generator.stats(intervals) if self.completer is not None else None,
+            "worker_busy": self.scheduler.busy,
+            "worker_pending": self.scheduler.pending,
+            "worker_pending_max": self.scheduler.max_pending,
+            "open_documents": len(self.workspace.text_documents) if self.protocol._workspace else 0,
+        }

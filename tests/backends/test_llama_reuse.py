@@ -1,0 +1,77 @@
+"""Reuse on the llama.cpp backend computes what a fresh prefill computes: the default model.
+
+llama.cpp's CPU passes are not batch-invariant: a row's logits depend on how many rows share
+its pass. On the tiny model the difference does not show; on the default model (Q4_K_M) a
+prompt whose first token ran in a pass of its own ended with logits up to 0.35 away from the
+same prompt in one pass, enough to change a greedy token (the session replay of
+`ditto-lsp bench --mode session` found 3 suggestions of 28 that way). The backend cuts prompt
+passes at whole blocks of absolute positions and keeps a cached prefix only up to its last
+whole block (lsp_server/backends/llama/model.py); these tests fail without that.
+
+Marked `model`: needs the default model the README's set-up installs (skipped when absent).
+"""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import pytest
+import torch
+
+from lsp_server.backends.llama import library as llama_library
+from lsp_server.decoding.types import DecodeOptions
+from lsp_server.decoding.engine import Engine
+
+pytestmark = [pytest.mark.model, pytest.mark.skipif(not llama_library.available(), reason="no llama-cpp-python")]
+
+ROOT = Path(__file__).resolve().parents[2]
+
+
+@pytest.fixture(scope="module")
+def lm():
+    from lsp_server.backends.base import ModelError
+    from lsp_server.backends.loader import load
+
+    try:
+        return load("default", backend="llama.cpp")
+    except ModelError as err:
+        pytest.skip(f"the default model is not installed ({err}); the README's first command installs it")
+
+
+@pytest.fixture(scope="module")
+def ids(lm):
+    return lm.encode((ROOT / "lsp_server/decoding/engine.py").read_text())[:150]
+
+
+def test_a_prompt_after_any_cached_prefix_has_the_logits_of_a_fresh_prefill(lm, ids):
+    """As the engine runs a prompt: all but its last token prefilled (`want`), then the last token."""
+    want, last = ids[:-1], ids[-1]
+    fresh = lm.new_cache()
+    try:
+        lm.forward(want, fresh, last=1)
+        expected = lm.forward([last], fresh, last=1)
+    finally:
+        lm.release(fresh)
+    for before in (1, 45, len(want) - 1, len(want)):  # where an earlier prompt ended (the last: idle prefill)
+        c = lm.new_cache()
+        try:
+            lm.forward(want[:before], c, last=1)
+            keep = lm.reusable(c, before, len(want))
+            lm.crop(c, keep)
+            if keep < len(want):
+                lm.forward(want[keep:], c, last=1)
+            got = lm.forward([last], c, last=1)
+            assert torch.equal(got, expected), f"cached prefix of {before} tokens (kept {keep}): " \
+                                               f"{(got - expected).abs().max().item():.3g} apart"
+        finally:
+            lm.release(c)
+
+
+def test_suggestions_through_the_cache_equal_fresh_ones(lm, ids):
+    """The engine's path: a document's cached prompt, then prompts that share part of it."""
+    engine = Engine(lm)
+    opts = DecodeOptions(max_new_tokens=6)
+    engine.generate(ids[:1], options=opts, cache_key="doc")
+    for prompt in (ids[:120], ids[:60] + ids[100:140], ids):
+        through_cache = engine.generate(prompt, options=opts, cache_key="doc")
+        assert through_cache.tokens == engine.generate(prompt, options=opts).tokens

@@ -1,0 +1,252 @@
+"""The Completer: type-through and KV reuse across keystrokes, on the tiny model."""
+
+import copy
+
+import pytest
+
+from lsp_server.completion.completer import Completer
+from lsp_server.decoding.types import DecodeOptions
+from lsp_server.backends.tiny import tiny_random
+
+OPTS = DecodeOptions(max_new_tokens=12, draft_max=0)
+
+
+@pytest.fixture(scope="module")
+def lm():
+    return tiny_random()
+
+
+def first_nonempty(c, docs):
+    for doc in docs:
+        lines = doc.split("\n")
+        for line, text in enumerate(lines):
+            sug = c.complete(doc, line, len(text), options=OPTS, cache_key=None)
+            if len(sug.text) >= 3 and "\n" not in sug.text[:3]:
+                return doc, line, len(text), sug
+    pytest.skip("tiny-random suggested nothing usable")
+
+
+DOCS = ["def area(width, height):\n    return wid\n", "class Point:\n    x = 1\n    y = \n", "import os\nprint(os.pa\n"]
+
+
+def test_typing_the_suggestion_serves_its_rest_without_the_model(lm):
+    c = Completer(lm)
+    doc, line, col, probe = first_nonempty(c, DOCS)
+    shown = c.complete(doc, line, col, options=OPTS, cache_key="doc")
+    assert shown.text == probe.text and not shown.typethrough
+    lines = doc.split("\n")
+    typed = shown.text[:2]
+    lines[line] = lines[line][:col] + typed + lines[line][col:]
+    doc2 = "\n".join(lines)
+    hit = c.complete(doc2, line, col + 2, options=OPTS, cache_key="doc")
+    assert hit.typethrough
+    assert hit.text == shown.text[2:]
+    assert hit.completion.stats.target_passes == 0 and hit.completion.stats.prefill_tokens == 0
+
+
+def test_type_through_never_serves_other_surrounding_text(lm):
+    c = Completer(lm)
+    doc, line, col, probe = first_nonempty(c, DOCS)
+    shown = c.complete(doc, line, col, options=OPTS, cache_key="doc")
+    lines = doc.split("\n")
+    ch = shown.text[0]
+    # 1. the same character typed, but the text after the cursor changed too
+    changed = lines[:]
+    changed[line] = changed[line][:col] + ch + changed[line][col:]
+    changed.append("extra = 1")
+    miss = c.complete("\n".join(changed), line, col + 1, options=OPTS, cache_key="doc")
+    assert not miss.typethrough
+    # 2. a character that does not continue the suggestion
+    c2 = Completer(lm)
+    c2.complete(doc, line, col, options=OPTS, cache_key="doc")
+    other = "\x01" if ch != "\x01" else "\x02"
+    wrong = lines[:]
+    wrong[line] = wrong[line][:col] + other + wrong[line][col:]
+    assert not c2.complete("\n".join(wrong), line, col + 1, options=OPTS, cache_key="doc").typethrough
+    # 3. no key (another document, or reuse switched off): never
+    c3 = Completer(lm)
+    c3.complete(doc, line, col, options=OPTS, cache_key=None)
+    typed = lines[:]
+    typed[line] = typed[line][:col] + ch + typed[line][col:]
+    assert not c3.complete("\n".join(typed), line, col + 1, options=OPTS, cache_key=None).typethrough
+    # 4. switched off in the settings
+    c4 = Completer(lm)
+    c4.settings.type_through = False
+    c4.complete(doc, line, col, options=OPTS, cache_key="doc")
+    assert not c4.complete("\n".join(typed), line, col + 1, options=OPTS, cache_key="doc").typethrough
+
+
+def test_reused_cache_across_real_edits_gives_the_same_completion(lm):
+    """KV reuse per document never changes a result: edits before, at and after the cursor, a new line, a paste."""
+    reuse, fresh = Completer(lm), Completer(lm)
+    doc = "import os\n\n\ndef main(path):\n    data = os.listdir(path)\n    return da\n\nmain('.')\n"
+    edits = [
+        (5, 13, doc),
+        (5, 14, doc.replace("return da", "return dat")),  # typing at the cursor
+        (5, 12, doc.replace("return da", "return ")),  # deleting
+        (6, 4, doc.replace("return da\n", "return data\n    \n")),  # a new line
+        (5, 13, doc.replace("import os\n", "import os\nimport sys\nimport re\n").replace("return da", "return da")),
+        (4, 8, doc.replace("def main(path):", "def main(path, extra=None):")),  # an edit above
+        (5, 13, doc + "\n\ndef helper():\n    return 42\n"),  # a paste below
+    ]
+    for line, col, text in edits:
+        lines = text.split("\n")
+        col = min(col, len(lines[line]))
+        a = reuse.complete(text, line, col, options=OPTS, cache_key="main.py")
+        b = fresh.complete(text, line, col, options=OPTS, cache_key=None)
+        if a.typethrough:
+            continue
+        assert a.completion.tokens == b.completion.tokens, (line, col)
+        assert a.text == b.text
+    assert reuse.engine.cached_keys() == ["main.py"]
+
+
+def test_reuse_prefills_only_the_changed_tail_when_typing(lm):
+    c = Completer(lm)
+    c.settings.type_through = False  # measure the model path on every keystroke
+    doc = "def total(items):\n    result = 0\n    for item in items:\n        result += item\n    return res\n"
+    first = c.complete(doc, 4, 14, options=OPTS, cache_key="d")
+    second = c.complete(doc.replace("return res", "return resu"), 4, 15, options=OPTS, cache_key="d")
+    s = second.completion.stats
+    assert s.reused_tokens > 0.8 * len(second.prompt.ids)
+    assert s.prefill_tokens < first.completion.stats.prefill_tokens / 4
+
+
+def test_time_budget_returns_whole_lines(lm):
+    import time
+
+    from lsp_server.completion.context import _uninsertable
+
+    # No end-of-text tokens, no token with a character no editor can insert (the ghost text
+    # would end before it), and a cursor at column 0 of the last line (no block to end,
+    # nothing below to repeat): only the time budget can stop this completion.
+    slow_lm = copy.copy(lm)
+    slow_lm.stop_ids = frozenset()
+    real = slow_lm.forward
+    banned = [t for t in range(lm.vocab_size) if _uninsertable(lm.token_text(t), True) is not None]
+
+    def forward(ids, cache, last):
+        time.sleep(0.02)
+        logits = real(ids, cache, last=last).clone()
+        logits[..., banned] = float("-inf")
+        return logits
+
+    slow_lm.forward = forward
+    c = Completer(slow_lm)
+    doc = "def f():\n    return 1\n"
+    sug = c.complete(doc, 2, 0, options=DecodeOptions(max_new_tokens=200, draft_max=0, time_budget_s=0.5))
+    assert sug.completion.stats.stop_reason == "time"
+    assert sug.completion.stats.target_passes < 200
+    rel = lm.decode(sug.completion.tokens)
+    assert rel.startswith(sug.text)
+    # Cut at a line end: what follows the shown text is a line break, unless nothing had one.
+    assert sug.text == "" or "\n" not in rel or rel[len(sug.text)] == "\n"
+
+
+def test_fim_layout_keeps_edits_near_the_cursor_in_the_tail(lm):
+    """Typing, deleting, Enter and a paste below change only a tail of the prompt; the KV cache keeps the rest."""
+    c = Completer(lm)
+    c.settings.type_through = False
+    body = "".join(f"def f{i}(x):\n    return x + {i}\n\n" for i in range(12))
+    doc = body + "def g(y):\n    total = y\n    retu\n\nprint(g(1))\n"
+    line = doc.split("\n").index("    retu")
+    steps = [
+        ("typing", doc.replace("    retu\n", "    retur\n"), line, 9),
+        ("deleting", doc.replace("    retu\n", "    ret\n"), line, 7),
+        ("new line", doc.replace("    retu\n", "    retu\n    \n"), line + 1, 4),
+        ("paste below", doc.replace("print(g(1))\n", "print(g(1))\nfor k in range(3):\n    print(g(k))\n"), line, 8),
+    ]
+    for name, text, l, col in steps:
+        c.complete(doc, line, 8, options=OPTS, cache_key="doc")  # back to the base state
+        base_ids = list(c.engine._kv["doc"].ids)  # a copy: the engine edits its list in place
+        sug = c.complete(text, l, col, options=OPTS, cache_key="doc")
+        ids = sug.prompt.ids
+        common = 0
+        while common < min(len(base_ids), len(ids) - 1) and base_ids[common] == ids[common]:
+            common += 1
+        s = sug.completion.stats
+        assert s.reused_tokens == common, name  # the engine keeps exactly the longest common prefix
+        assert s.prefill_tokens == len(ids) - 1 - common, name
+        above_end = ids.index(lm.fim.suffix)
+        if name in ("typing", "deleting"):
+            assert common >= len(ids) - 8, name  # only the typed text after <fim_middle> changed
+        elif name == "new line":
+            assert common >= above_end - 12, name  # the old cursor line joined the lines above
+        else:
+            assert common > above_end, name  # the lines above and the start of the suffix are kept
+
+
+def _conv_text() -> str:
+    import torch.nn.modules.conv as conv
+
+    with open(conv.__file__, encoding="utf-8") as f:
+        return f.read()
+
+
+@pytest.mark.parametrize("drafter", ["none", "ngram"])
+def test_window_reuse_paths_give_the_fresh_result(lm, drafter):
+    """Enter, typing a new line, deleting the line above, moving up 20 lines and down one, and a
+    jump far away, through one cache key: every completion equals a computation without any cache
+    (same document window, new prefill), token for token; and the edits did reuse the cache."""
+    lines = _conv_text().split("\n")[:900]
+    reuse, fresh = Completer(lm), Completer(lm)
+    for c in (reuse, fresh):
+        c.settings.type_through = False  # every request goes through the model
+        c.settings.drafter = drafter
+    opts = DecodeOptions(max_new_tokens=10, draft_max=4 if drafter == "ngram" else 0, prefill_chunk=64)
+    line = 600
+    steps = [("start", lines[:], line, len(lines[line]))]
+    cur = lines[:line + 1] + [""] + lines[line + 1:]
+    steps.append(("enter", cur, line + 1, 0))
+    new = "        out = self.weight"
+    for n in range(1, len(new) + 1, 6):
+        steps.append(("typing", cur[:line + 1] + [new[:n]] + cur[line + 2:], line + 1, n))
+    cur = cur[:line + 1] + [new] + cur[line + 2:]
+    steps.append(("new line typed", cur, line + 1, len(new)))
+    cur = cur[:line] + cur[line + 1:]  # the line above the cursor deleted
+    steps.append(("line above deleted", cur, line, len(new)))
+    steps.append(("up 20", cur, line - 20, 0))
+    steps.append(("down 1", cur, line - 19, 0))
+    steps.append(("far away", cur, 150, 0))
+    for name, doc_lines, l, col in steps:
+        doc = "\n".join(doc_lines)
+        a = reuse.complete(doc, l, col, name="conv.py", options=opts, cache_key="conv.py")
+        b = fresh.complete(doc, l, col, name="conv.py", options=opts, cache_key=None)
+        assert a.prompt.ids == b.prompt.ids, name  # the same window: a fair comparison
+        assert b.completion.stats.reused_tokens == 0
+        assert a.completion.tokens == b.completion.tokens, name
+        assert a.text == b.text, name
+        share = a.completion.stats.reused_tokens / len(a.prompt.ids)
+        if name in ("enter", "typing", "new line typed", "line above deleted", "up 20"):
+            assert share >= 0.9, (name, share)
+    assert reuse.engine.cached_keys() == ["conv.py"]
+
+
+def test_prompt_for_is_the_prompt_complete_sends(lm):
+    """What an idle prefill warms (prompt_for) is what the next completion at that place prefills."""
+    c = Completer(lm)
+    doc = "import os\n\n\ndef main(path):\n    data = os.listdir(path)\n    return \n\nmain('.')\n"
+    p = c.prompt_for(doc, 5, 11, name="main.py", cache_key="main.py")
+    sug = c.complete(doc, 5, 11, name="main.py", options=OPTS, cache_key="main.py")
+    assert sug.prompt.ids == p.ids
+    # The blank typed after "return" is healed: not in the typed text, not in the suffix.
+    assert lm.decode(p.ids[p.ids.index(lm.fim.middle) + 1 :]) == "    return"
+    assert p.typed == "    return" and p.after == ""
+
+
+def test_the_completers_lookup_heals_a_token_the_cursor_split(lm):
+    """The Completer gives its n-gram drafter the model's token_text/encode: at `self.items.p`
+    ("p" of "pop") the first step drafts, and the text equals drafting off's."""
+    doc = ("class Stack:\n    def pop(self):\n        return self.items.pop()\n\n"
+           "    def top(self):\n        return self.items.p\n")
+    line, col = 5, len("        return self.items.p")
+    out = {}
+    for drafter in ("none", "ngram"):
+        c = Completer(lm)
+        c.settings.type_through = False
+        opts = DecodeOptions(max_new_tokens=8, draft_max=4 if drafter == "ngram" else 0, adaptive=False)
+        out[drafter] = c.complete(doc, line, col, options=opts, drafter=drafter, cache_key=None)
+    assert out["ngram"].completion.tokens == out["none"].completion.tokens
+    assert out["ngram"].text == out["none"].text
+    first = out["ngram"].completion.rounds[0]
+    assert first.healed and first.proposed

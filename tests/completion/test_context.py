@@ -1,0 +1,149 @@
+"""Prompt layout and ghost-text stop rules (text level; the tiny model only tokenizes)."""
+
+import pytest
+
+from lsp_server.completion.completer import Completer
+from lsp_server.completion.context import Prompt, build_prompt, finish, ghost_cut, split_at
+from lsp_server.decoding.types import DecodeOptions
+from lsp_server.backends.tiny import tiny_random
+
+DOC = "def f(x):\n    y = x + 1\n    return y\n\nprint(f(2))\n"
+
+
+@pytest.fixture(scope="module")
+def lm():
+    return tiny_random()
+
+
+def test_split_at_positions_and_errors():
+    above, typed, after, below = split_at(DOC, 1, 8)
+    assert above == "def f(x):\n"
+    assert typed == "    y = "
+    assert after == "x + 1"
+    assert below.startswith("\n    return y")
+    assert split_at("", 0, 0) == ("", "", "", "")
+    with pytest.raises(ValueError, match="line 9"):
+        split_at(DOC, 8, 0)
+    with pytest.raises(ValueError, match="column 40"):
+        split_at(DOC, 1, 39)
+
+
+def test_fim_layout_puts_the_typed_text_last(lm):
+    p = build_prompt(lm, DOC, 1, 8)
+    fim = lm.fim
+    ids = p.ids
+    assert ids.index(fim.prefix) < ids.index(fim.suffix) < ids.index(fim.middle)
+    middle_at = ids.index(fim.middle)
+    assert lm.decode(ids[middle_at + 1 :]) == "    y = "
+    assert lm.decode(ids[ids.index(fim.prefix) + 1 : ids.index(fim.suffix)]) == "def f(x):\n"
+    assert lm.decode(ids[ids.index(fim.suffix) + 1 : middle_at]) == "x + 1\n    return y\n\nprint(f(2))\n"
+
+
+def test_typing_on_the_cursor_line_changes_only_the_tail(lm):
+    """Typing keeps the tokens before <fim_suffix> unchanged (what KV reuse relies on)."""
+    doc = "import os\n\ndef g():\n    retu\n"
+    before = build_prompt(lm, doc, 3, 8).ids
+    doc2 = "import os\n\ndef g():\n    return\n"
+    after = build_prompt(lm, doc2, 3, 10).ids
+    cut = before.index(lm.fim.suffix)
+    assert before[: cut + 1] == after[: cut + 1]
+
+
+def test_other_buffers_come_first_and_respect_the_budget(lm):
+    from lsp_server.completion.context import ContextBudget
+
+    others = [("a.py", "A = 1\n" * 50), ("b.py", "B = 2\n")]
+    p = build_prompt(lm, DOC, 1, 8, others=others, path="main.py",
+                     budget=ContextBudget(total=400, above=200, below=60, snippets=60))
+    assert p.ids[0] == lm.fim.file_sep
+    assert p.ids.index(lm.fim.prefix) > 0
+    head = p.ids[: p.ids.index(lm.fim.prefix)]
+    assert len(head) <= 60 + 10  # snippets plus this file's header
+    assert "a.py" in lm.decode(head)
+
+
+def mk(typed="    ", after="", below=""):
+    return Prompt([], "", typed, after, below)
+
+
+def test_block_end_stops_at_a_dedent():
+    gen = "x = 1\n    y = 2\nz = 3\n"
+    assert ghost_cut(gen, mk("    ")) == len("x = 1\n    y = 2")
+    assert finish(gen, mk("    ")) == "x = 1\n    y = 2"
+    # Nested block opened by the completion itself is kept.
+    gen2 = "if a:\n        b()\n    c()\nd()"
+    assert finish(gen2, mk("    ")) == "if a:\n        b()\n    c()"
+
+
+def test_stops_before_repeating_the_next_line_below():
+    p = mk("    ", below="\n    return y\n")
+    gen = "y = x\n    return y\n    more"
+    assert finish(gen, p) == "y = x"
+
+
+def test_rest_of_line_is_not_typed_twice():
+    p = mk("print(", after=")")
+    assert finish("x)", p) == "x"
+    assert finish(")", p) == ""  # only re-types what follows the cursor
+    assert finish("", p) == ""
+    assert finish("\n\n", mk()) == ""
+
+
+def test_single_line_mode():
+    assert finish("a = 1\nb = 2", mk(""), multiline=False) == "a = 1"
+
+
+def test_completer_heals_trailing_blanks(lm):
+    """A prompt never ends in bare indentation; the suggestion starts at the real cursor."""
+    c = Completer(lm)
+    doc = "class A:\n    def f(self):\n        \n"
+    sug = c.complete(doc, 2, 8, options=DecodeOptions(max_new_tokens=8, draft_max=0))
+    # Ends at <fim_middle>; the blanks are healed: neither typed nor in the suffix.
+    assert sug.prompt.ids == build_prompt(lm, "class A:\n    def f(self):\n\n", 2, 0).ids
+    assert sug.prompt.ids[-1] == lm.fim.middle
+    assert sug.prompt.typed == "        "
+    raw = sug.raw
+    expected = raw[8:] if raw.startswith(" " * 8) else raw.lstrip(" \t")
+    assert sug.text == finish(expected, sug.prompt)
+    # Typed code followed by a blank: the prompt ends at the code, the blank is healed too.
+    doc2 = "x = \n"
+    sug2 = c.complete(doc2, 0, 4, options=DecodeOptions(max_new_tokens=4, draft_max=0))
+    assert sug2.prompt.ids == build_prompt(lm, "x =\n", 0, 3).ids
+
+
+def test_stops_before_a_line_the_suggestion_already_wrote():
+    p = mk("")
+    looping = "import os\nimport sys\nimport os\nimport os"
+    assert finish(looping, p) == "import os\nimport sys"
+    assert ghost_cut(looping + "\n", p) == len("import os\nimport sys")
+    # Still being written: the repeat is not judged before its line is complete.
+    assert ghost_cut("import os\nimport sys\nimport os", p) is None
+    # Similar lines that differ, and lines that name nothing, repeat legitimately.
+    args = ('parser.add_argument("--model")\nparser.add_argument("--device")\n'
+            'parser.add_argument("--dtype")')
+    assert finish(args, p) == args
+    block = ("with lock:\n    f(\n        x,\n        None,\n    )\n\nwith lock:\n    f(\n        y,\n        None,\n    )\n"
+             "    if c:\n        return None\n    else:\n        return None")
+    assert finish(block, p) == block
+    # The same line at another depth is another statement.
+    nested = "x = load()\n    if not x:\n        x = load()"
+    assert finish(nested, mk("    ")) == nested
+
+
+def test_ghost_text_ends_before_a_character_no_editor_can_insert():
+    """Byte tokens of a small model (NUL, form feed, undecodable bytes) never reach an editor:
+    Emacs refuses JSON with \\u0000 and Neovim's complete() fails on it (CI saw both)."""
+    p = mk("    ")
+    assert finish("name = 1\x00 garbage", p) == "name = 1"
+    assert ghost_cut("x = f(\x0c)", p) == len("x = f(")
+    assert finish("a\x7fb", p) == "a" and finish("a\x85b", p) == "a"
+    assert finish("\x00abc", p) == ""
+    # Tabs, newlines and carriage returns are text.
+    assert finish("a\tb\r\n    c", p) == "a\tb\r\n    c"
+    # U+FFFD followed by more text is a byte sequence that is not UTF-8: cut there.
+    assert ghost_cut("s = '\ufffd'x", p) == len("s = '")
+    # At the end while generating it may be a character's first bytes: go on; cut once final.
+    assert ghost_cut("s = '\ufffd", p) is None and ghost_cut("s = '\ufffd\ufffd", p) is None
+    assert finish("s = '\ufffd", p) == "s = '"
+    # The other stop rules still apply to what comes before the cut.
+    assert finish("x = 1\ny = 2\x00", mk("    ")) == "x = 1"

@@ -1,0 +1,182 @@
+"""Tier 1 of the server tests: settings and the scheduler, without a model or pygls."""
+
+from __future__ import annotations
+
+import asyncio
+import threading
+
+import pytest
+
+from lsp_server.lsp.scheduler import Scheduler, StepHook, Superseded
+from lsp_server.settings import Settings, SettingsError
+
+
+def test_settings_accept_camel_case_nested_and_report_unknown_keys():
+    unknown: list[str] = []
+    s = Settings(debug_hooks=True).merged({"ditto": {"maxTokens": 12, "timeBudgetS": None, "debugStepDelayMs": 5},
+                                           "bogus": 1}, unknown)
+    assert (s.max_tokens, s.time_budget_s, s.debug_step_delay_ms) == (12, None, 5.0)
+    assert unknown == ["bogus"]
+    assert s.decode_options().max_new_tokens == 12
+
+
+def test_debug_settings_are_refused_unless_the_server_has_debug_hooks():
+    debug = {"debugStepDelayMs": 5, "debugNotifySteps": True, "debugDocuments": True, "debugFailForward": True}
+    unknown: list[str] = []
+    refused: list[str] = []
+    s = Settings().merged({**debug, "debugHooks": True, "maxTokens": 3}, unknown, refused)
+    assert s == Settings(max_tokens=3) and unknown == []
+    assert refused == [*debug, "debugHooks"]
+    on = Settings(debug_hooks=True).merged(debug)
+    assert (on.debug_step_delay_ms, on.debug_notify_steps, on.debug_documents, on.debug_fail_forward) == \
+        (5, True, True, True)
+    refused.clear()
+    assert Settings(debug_hooks=True).merged({"debugHooks": False}, refused=refused).debug_hooks is True  # CLI only
+    assert refused == ["debugHooks"]
+    with pytest.raises(SettingsError, match="--debug-hooks"):
+        Settings(debug_documents=True).validate()  # a debug setting on without the hooks is no valid state
+
+
+@pytest.mark.parametrize("options", [{"maxTokens": 0}, {"maxTokens": "8"}, {"multiline": 1}, {"topP": 0},
+                                     {"drafter": "magic"}, {"model": " "}, [1, 2]])
+def test_settings_reject_bad_values_with_the_key_named(options):
+    with pytest.raises(SettingsError) as err:
+        Settings().merged(options)
+    if isinstance(options, dict):
+        key = next(iter(options))
+        assert key.lower()[:5] in str(err.value).replace("_", "").lower()
+
+
+def test_model_key_changes_only_with_model_settings():
+    s = Settings()
+    assert s.merged({"maxTokens": 3}).model_key() == s.model_key()
+    assert s.merged({"model": "tiny-random"}).model_key() != s.model_key()
+
+
+async def test_scheduler_newest_job_per_key_wins_and_stops_the_older():
+    sched = Scheduler()
+    started = threading.Event()
+    seen = []
+
+    def slow(cancel: threading.Event):
+        started.set()
+        cancel.wait(30)  # stands in for decode steps that check the flag
+        seen.append(cancel.is_set())
+        return "old"
+
+    old = asyncio.ensure_future(sched.run("doc", slow))
+    await asyncio.get_running_loop().run_in_executor(None, started.wait, 10)
+    new = await asyncio.wait_for(sched.run("doc", lambda cancel: "new"), 10)
+    assert new == "new"
+    with pytest.raises(Superseded):
+        await old
+    assert seen == [True]
+    assert not sched.busy and sched.pending == 0
+    sched.close()
+    assert sched.join(5)
+
+
+async def test_scheduler_cancelled_await_sets_the_stop_flag_and_frees_the_worker():
+    sched = Scheduler()
+    started = threading.Event()
+    stopped = threading.Event()
+
+    def slow(cancel: threading.Event):
+        started.set()
+        if cancel.wait(30):
+            stopped.set()
+
+    task = asyncio.ensure_future(sched.run("a", slow))
+    await asyncio.get_running_loop().run_in_executor(None, started.wait, 10)
+    task.cancel()
+    with pytest.raises(asyncio.CancelledError):
+        await task
+    # The worker is free again: the next job (other key) runs and returns.
+    assert await asyncio.wait_for(sched.run("b", lambda cancel: 42), 10) == 42
+    assert stopped.is_set() and not sched.busy
+    sched.close()
+
+
+async def test_scheduler_passes_exceptions_and_keeps_working():
+    sched = Scheduler()
+
+    def boom(cancel):
+        raise RuntimeError("boom")
+
+    with pytest.raises(RuntimeError, match="boom"):
+        await sched.run("a", boom)
+    assert await sched.run("a", lambda cancel: 1) == 1
+    sched.close()
+
+
+def test_step_hook_calls_before_every_forward_and_delegates_the_rest():
+    calls = []
+
+    class FakeLM:
+        stop_ids = frozenset({0})
+
+        def forward(self, ids, cache, last):
+            return ("out", list(ids), last)
+
+    hooked = StepHook(FakeLM(), calls.append)
+    assert hooked.forward([1, 2, 3], None, last=1) == ("out", [1, 2, 3], 1)
+    assert calls == [3] and hooked.stop_ids == frozenset({0})
+
+
+async def test_scheduler_answers_a_queued_superseded_job_at_once():
+    """A superseded job still waiting in the queue is answered immediately, not behind the running job."""
+    sched = Scheduler()
+    release = threading.Event()
+    started = threading.Event()
+
+    def blocker(cancel):
+        started.set()
+        release.wait(10)
+        return "blocker"
+
+    running = asyncio.ensure_future(sched.run("other", blocker))
+    await asyncio.get_running_loop().run_in_executor(None, started.wait, 10)
+    queued = asyncio.ensure_future(sched.run("doc", lambda cancel: "old"))
+    await asyncio.sleep(0)  # let it submit
+    newer = asyncio.ensure_future(sched.run("doc", lambda cancel: "new"))
+    with pytest.raises(Superseded):
+        await asyncio.wait_for(queued, 5)  # while the blocker still holds the worker
+    assert not running.done()
+    release.set()
+    assert await running == "blocker"
+    assert await newer == "new"
+    sched.close()
+    assert sched.join(5)
+
+
+async def test_scheduler_idle_job_runs_when_nothing_waits_and_yields_to_a_request():
+    """Idle work (prefill while the user pauses) runs only on an idle worker, and a request
+    stops it at its next check: the request waits for one step of it, never for all of it."""
+    sched = Scheduler()
+    started, steps, order = threading.Event(), [], []
+
+    def idle(cancel: threading.Event):
+        started.set()
+        while not cancel.is_set():  # a step of idle work, then the check
+            steps.append(1)
+            cancel.wait(0.005)
+        order.append("idle stopped")
+        return len(steps)
+
+    job = sched.idle(idle)
+    assert await asyncio.wrap_future(asyncio.run_coroutine_threadsafe(asyncio.to_thread(started.wait, 30),
+                                                                      asyncio.get_running_loop())) is True
+    assert not sched.busy  # idle work is not a pending request
+    assert await sched.run("doc", lambda cancel: order.append("request") or "answer") == "answer"
+    assert order == ["idle stopped", "request"]
+    assert job.future.done() and sched.idle_runs == 1 and sched.idle_cancelled == 1
+    # A newer idle job replaces one that has not started.
+    blocker = threading.Event()
+    sched.submit("doc", lambda cancel: blocker.wait(30))
+    first = sched.idle(lambda cancel: "first")
+    second = sched.idle(lambda cancel: "second")
+    blocker.set()
+    assert await asyncio.wrap_future(second.future) == "second"
+    assert first.future.cancelled()
+    sched.close()
+    assert sched.join(10)

@@ -1,0 +1,171 @@
+"""The architecture as rules on imports (docs/design.md, "Import rules"): every import counts,
+at module level or inside a function, so a rule cannot be dodged by importing late.
+
+`violations(root)` reads the tree with `ast` (nothing is imported) and returns one line per
+broken rule; the real tree must have none, and a copy of it with violations planted must
+report each of them, so the checker itself is shown to work.
+"""
+
+from __future__ import annotations
+
+import ast
+import shutil
+from pathlib import Path
+
+ROOT = Path(__file__).resolve().parents[1]
+PACKAGES = ("lsp_server", "drafters", "ditto_bench")
+MAX_LINES = 500  # of a module in lsp_server/ or drafters/
+
+# (layer prefix, prefixes it must never import, why)
+FORBIDDEN = [
+    ("drafters", ("lsp_server", "ditto_bench"), "drafters work on token ids and know nothing of the server"),
+    ("lsp_server.numbers", ("lsp_server.", "ditto_bench"), "a leaf"),
+    ("lsp_server.decoding.types", ("lsp_server.", "ditto_bench", "torch"), "a leaf of plain types"),
+    ("lsp_server.decoding", ("lsp_server.completion", "lsp_server.lsp", "lsp_server.settings", "lsp_server.commands",
+                             "lsp_server.cli", "lsp_server.backends", "ditto_bench"),
+     "the engine knows the backend interface by its methods, nothing above it"),
+    ("lsp_server.backends", ("lsp_server.completion", "lsp_server.lsp", "lsp_server.settings", "lsp_server.commands",
+                             "lsp_server.cli", "lsp_server.decoding.engine", "ditto_bench"),
+     "backends run models; they know nothing of completions, LSP or settings"),
+    ("lsp_server.completion", ("lsp_server.lsp", "lsp_server.settings", "lsp_server.commands", "lsp_server.cli",
+                               "ditto_bench"), "completions are built the same for the terminal and the server"),
+    ("lsp_server.settings", ("lsp_server.lsp", "lsp_server.commands", "lsp_server.cli", "ditto_bench"),
+     "settings are read by the CLI before the server exists"),
+    ("lsp_server.lsp", ("lsp_server.commands", "lsp_server.cli", "ditto_bench"), "the server runs without the CLI"),
+    ("lsp_server.commands", ("ditto_bench",), "only the CLI imports the benchmark tools"),
+]
+# External libraries only some layers may import: library -> allowed prefixes.
+ONLY_IN = {
+    "pygls": ("lsp_server.lsp",),
+    "lsprotocol": ("lsp_server.lsp",),
+    "transformers": ("lsp_server.backends", "ditto_bench"),
+    "llama_cpp": ("lsp_server.backends", "ditto_bench"),
+    "support": (),  # tests/support: the tests' own engine and helpers
+    "tests": (),
+}
+# Internal prefixes only some modules may import: prefix -> allowed importers.
+ONLY_FROM = {"ditto_bench": ("lsp_server.cli", "ditto_bench")}
+
+
+def module_name(root: Path, path: Path) -> str:
+    parts = list(path.relative_to(root).with_suffix("").parts)
+    return ".".join(parts[:-1] if parts[-1] == "__init__" else parts)
+
+
+def imports_of(root: Path, path: Path) -> set[str]:
+    """Every module `path` imports (absolute names), anywhere in the file; `from P import m`
+    counts P.m when P/m is a module of the tree."""
+    name = module_name(root, path)
+    package = name if path.name == "__init__.py" else name.rpartition(".")[0]
+    found: set[str] = set()
+    for node in ast.walk(ast.parse(path.read_text(encoding="utf-8"))):
+        if isinstance(node, ast.Import):
+            found.update(a.name for a in node.names)
+        elif isinstance(node, ast.ImportFrom):
+            base = node.module or ""
+            if node.level:
+                up = package.split(".")[: len(package.split(".")) - (node.level - 1)]
+                base = ".".join([*up, base] if base else up)
+            found.add(base)
+            for a in node.names:
+                sub = root.joinpath(*f"{base}.{a.name}".split("."))
+                if sub.with_suffix(".py").is_file() or (sub / "__init__.py").is_file():
+                    found.add(f"{base}.{a.name}")
+    return {m for m in found if m}
+
+
+def under(module: str, prefix: str) -> bool:
+    return module == prefix.rstrip(".") or module.startswith(prefix if prefix.endswith(".") else prefix + ".")
+
+
+def violations(root: Path) -> list[str]:
+    modules = {}
+    for pkg in PACKAGES:
+        for path in sorted((root / pkg).rglob("*.py")):
+            modules[module_name(root, path)] = path
+    graph: dict[str, set[str]] = {}
+    out: list[str] = []
+    for name, path in modules.items():
+        deps = imports_of(root, path)
+        graph[name] = {d for d in deps if d in modules and d != name}
+        for layer, banned, why in FORBIDDEN:
+            if not under(name, layer):
+                continue
+            for d in sorted(deps):
+                if any(under(d, b) for b in banned) and not (layer == "lsp_server.backends" and
+                                                               under(d, "lsp_server.decoding.types")):
+                    out.append(f"{name} imports {d}: {why}")
+        for d in sorted(deps):
+            top = d.split(".")[0]
+            if top in ONLY_IN and not any(under(name, p) for p in ONLY_IN[top]):
+                out.append(f"{name} imports {d}: only {', '.join(ONLY_IN[top]) or 'tests'} may")
+            for prefix, allowed in ONLY_FROM.items():
+                if under(d, prefix) and not any(under(name, a) for a in allowed):
+                    out.append(f"{name} imports {d}: only {', '.join(allowed)} may")
+        if (under(name, "lsp_server") or under(name, "drafters")) and \
+                (lines := len(path.read_text(encoding="utf-8").splitlines())) > MAX_LINES:
+            out.append(f"{name} has {lines} lines (at most {MAX_LINES} in lsp_server/ and drafters/)")
+    out.extend(f"import circle: {' -> '.join(c)}" for c in cycles(graph))
+    return out
+
+
+def cycles(graph: dict[str, set[str]]) -> list[list[str]]:
+    """One circle per strongly connected group of modules that import each other (Tarjan)."""
+    index: dict[str, int] = {}
+    low: dict[str, int] = {}
+    stack: list[str] = []
+    on: set[str] = set()
+    found: list[list[str]] = []
+
+    def visit(v: str) -> None:
+        index[v] = low[v] = len(index)
+        stack.append(v)
+        on.add(v)
+        for w in sorted(graph.get(v, ())):
+            if w not in index:
+                visit(w)
+                low[v] = min(low[v], low[w])
+            elif w in on:
+                low[v] = min(low[v], index[w])
+        if low[v] == index[v]:
+            group = []
+            while True:
+                w = stack.pop()
+                on.discard(w)
+                group.append(w)
+                if w == v:
+                    break
+            if len(group) > 1:
+                found.append(sorted(group) + [sorted(group)[0]])
+
+    for v in sorted(graph):
+        if v not in index:
+            visit(v)
+    return found
+
+
+def test_the_tree_keeps_every_import_rule():
+    assert violations(ROOT) == []
+
+
+def test_the_rules_catch_planted_violations(tmp_path):
+    for pkg in PACKAGES:
+        shutil.copytree(ROOT / pkg, tmp_path / pkg, ignore=shutil.ignore_patterns("__pycache__"))
+    plant = {
+        "lsp_server/decoding/engine.py": "\ndef _late():\n    from lsp_server.completion import context  # noqa\n",
+        "lsp_server/backends/base.py": "\nimport pygls  # noqa\n",
+        "lsp_server/completion/context.py": "\ndef _late():\n    import ditto_bench.storm  # noqa\n",
+        "drafters/ngram.py": "\nfrom lsp_server.settings import Settings  # noqa\n",
+        "lsp_server/numbers.py": "\nimport lsp_server.lsp.server  # noqa\n",  # numbers -> lsp.server -> ... -> numbers
+        "lsp_server/settings.py": "\n" + "# padding\n" * MAX_LINES,
+    }
+    for rel, text in plant.items():
+        with open(tmp_path / rel, "a", encoding="utf-8") as f:
+            f.write(text)
+    found = "\n".join(violations(tmp_path))
+    assert "lsp_server.decoding.engine imports lsp_server.completion.context" in found
+    assert "lsp_server.backends.base imports pygls" in found
+    assert "lsp_server.completion.context imports ditto_bench.storm" in found
+    assert "drafters.ngram imports lsp_server.settings" in found
+    assert "import circle:" in found and "lsp_server.numbers" in found.split("import circle:")[1]
+    assert "lsp_server.settings has" in found
