@@ -67,6 +67,10 @@ class Tokenizer(Protocol):
 
     def vocabulary(self) -> dict[str, int]: ...
 
+    def token_bytes(self) -> list[bytes]:
+        """The bytes each id writes, b"" for special tokens (token healing, lsp_server/decoding/healing.py)."""
+        ...
+
     def special_ids(self) -> dict[str, int | None]: ...
 
 
@@ -170,10 +174,12 @@ class Generator(Protocol):
     """
 
     drafts: bool  # whether it uses Ditto's drafters (and so the n-gram index of the open buffers)
+    constrains: bool  # whether token healing's mask applies (else only trailing blanks are healed)
     engine: object | None  # the local engine (lsp_server/decoding/engine.py), None elsewhere
 
     def generate(self, prompt, *, options: DecodeOptions, done: Callable[[str], bool], drafter=None,
-                 cancel: threading.Event | None = None, cache_key: str | None = None) -> Generated: ...
+                 cancel: threading.Event | None = None, cache_key: str | None = None,
+                 constraint=None) -> Generated: ...
 
     def forget(self, key: str) -> None: ...
 

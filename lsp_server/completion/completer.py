@@ -27,8 +27,10 @@ from drafters.registry import DraftContext, make_drafter
 from lsp_server.backends.base import GeneratingModel, Generator
 from lsp_server.completion.context import ContextBudget, Prompt, Window, build_prompt, finish, ghost_cut, split_at
 from lsp_server.decoding.engine import Engine
+from lsp_server.decoding.healing import Healing, VocabBytes
 from lsp_server.decoding.types import Completion, DecodeOptions, Generated, Stats
 
+_PARTIAL = "\ufffd"  # what decoding shows for the first bytes of a character not yet complete
 MAX_INDEXED_CHARS = 262144  # of one buffer, for the drafter: its head and tail past this
 HISTORY = "history"  # the n-gram source of accepted completions (priority 2)
 
@@ -81,6 +83,7 @@ class EngineGenerator:
     """Ditto's own engine: speculative decoding in-process, stopped by `done` between steps."""
 
     drafts = True
+    constrains = True  # token healing's mask applies (lsp_server/decoding/healing.py)
 
     def __init__(self, engine: Engine):
         self.engine = engine
@@ -92,14 +95,15 @@ class EngineGenerator:
         return None  # the engine's statistics are per completion (Stats) and in the policy's snapshot
 
     def generate(self, prompt: Prompt, *, options: DecodeOptions, done: Callable[[str], bool], drafter=None,
-                 cancel: threading.Event | None = None, cache_key: str | None = None) -> Generated:
+                 cancel: threading.Event | None = None, cache_key: str | None = None,
+                 constraint: Healing | None = None) -> Generated:
         decode = self.engine.lm.decode
 
         def stop(out: list[int]) -> int | None:
             return len(out) if done(decode(out)) else None
 
         completion = self.engine.generate(prompt.ids, drafter=drafter, options=options, stop=stop, cancel=cancel,
-                                          cache_key=cache_key)
+                                          cache_key=cache_key, constraint=constraint)
         return Generated(decode(completion.tokens), completion)
 
 
@@ -120,6 +124,7 @@ class Completer:
         self.settings = settings or CompleterSettings()
         # load_model(spec, device=, dtype=, backend=) -> a loaded model: how draft models are loaded.
         self._load_model = load_model
+        self._vocab_bytes: VocabBytes | None = None
         self.pass_costs: dict[int, float] | None = None  # T(n) in ms, when measured or read at build (build.py)
         # The tokenizer's text functions let the lookup heal a token the cursor split
         # (drafters/ngram.py); a model without them drafts by ids only.
@@ -163,6 +168,12 @@ class Completer:
 
     def forget_window(self, key: str) -> None:
         self._windows.pop(key, None)
+
+    def vocab_bytes(self) -> VocabBytes:
+        """The model's token bytes indexed for token healing, built once (a 152k vocabulary: ~0.5 s)."""
+        if self._vocab_bytes is None:
+            self._vocab_bytes = VocabBytes(self.lm.token_bytes())
+        return self._vocab_bytes
 
     # -- history: completions the user accepted ---------------------------------------------
     def accepted(self, text: str, after: str = "") -> None:
@@ -230,17 +241,18 @@ class Completer:
                    others: list[tuple[str, str]] | None = None) -> Prompt:
         """The prompt `complete` sends to the engine for this position (idle prefill warms this one).
 
-        Blanks typed just before the cursor are left out (healed): the model writes them
-        itself, and they are not moved into the suffix either, so the suffix stays the same
-        while the user types a word and a blank and its tokens stay cached. The document's
-        prompt window (context.py) is read and moved as for a completion.
+        The typed text is healed (context.py `healed_tail`): the prompt ends at the last token
+        boundary before the cursor and the model writes the rest under a constraint
+        (lsp_server/decoding/healing.py), so `e` can become `else` and the prompt stays the
+        same while the user types inside a word. A generator that cannot be constrained (a
+        remote engine) gets the trailing blanks healed only. The document's prompt window
+        (context.py) is read and moved as for a completion.
         """
         if others is None:
             others = [(n, t) for n, t in self._buffers.items() if n != name]
-        _, typed, _, _ = split_at(text, line, col)
-        heal = len(typed) - len(typed.rstrip(" \t"))
-        return build_prompt(self.lm, _without(text, line, col, heal), line, col - heal, others=others, path=name,
-                            budget=self.settings.budget, window=self.window(name or cache_key))
+        heal = "token" if self.generator.constrains else "blanks"
+        return build_prompt(self.lm, text, line, col, others=others, path=name, budget=self.settings.budget,
+                            window=self.window(name or cache_key), heal=heal)
 
     def warm(self, text: str, line: int, col: int, *, name: str | None = None, cache_key: str,
              cancel: threading.Event | None = None, chunk: int = 32,
@@ -258,10 +270,9 @@ class Completer:
                  others: list[tuple[str, str]] | None = None) -> Suggestion:
         """Complete at 0-based (line, col) of `text`; col counts code points.
 
-        Trailing blanks typed before the cursor are "healed": the prompt ends before
-        them and the model writes them itself (a tokenizer merges indentation with the
-        next word, so a prompt ending in bare indentation makes the model emit a stray
-        extra space). The suggestion starts after what the user typed.
+        The end of the typed text is healed (`prompt_for`): the model writes it again, under
+        the healing constraint, and the suggestion is what it writes after it, so the
+        suggestion starts after what the user typed.
         """
         t0 = time.perf_counter()
         opts = options or DecodeOptions()
@@ -275,25 +286,35 @@ class Completer:
         if d is not None:
             d.set_options(opts)  # a model drafter samples its drafts as the target samples
         _, typed, after, _ = split_at(text, line, col)
-        heal = typed[len(typed.rstrip(" \t")) :]
         prompt = self.prompt_for(text, line, col, name=name, cache_key=cache_key, others=others)
+        heal = prompt.healed
         shown_prompt = replace(prompt, typed=typed, after=after)
         multiline = self.settings.multiline
+        constraint = None
+        if heal and self.generator.constrains:
+            constraint = Healing(self.vocab_bytes(), heal.encode("utf-8"))
 
         def relative(generated: str) -> str | None:
-            """The generated text from the real cursor on; None while it is still inside the healed blanks."""
+            """The generated text from the real cursor on; None while it is still inside the healed text,
+            "" when the model wrote something else than the healed word (nothing to show)."""
             if generated.startswith(heal):
                 return generated[len(heal) :]
-            if heal.startswith(generated):
+            written = generated.rstrip(_PARTIAL)  # a multi-byte character still being written
+            if heal.startswith(written):
                 return None
+            if heal.strip(" \t"):
+                return ""
             return generated.lstrip(" \t")  # the model chose other blanks: keep its code, not its blanks
 
         def done(generated: str) -> bool:
             """Whether the ghost-text stop rules have ended the suggestion in `generated`."""
             rel = relative(generated)
+            if rel == "" and not generated.startswith(heal):
+                return True  # it did not write the typed word (an unconstrained engine): stop
             return rel is not None and ghost_cut(rel, shown_prompt, multiline) is not None
 
-        gen = self.generator.generate(prompt, options=opts, done=done, drafter=d, cancel=cancel, cache_key=cache_key)
+        gen = self.generator.generate(prompt, options=opts, done=done, drafter=d, cancel=cancel, cache_key=cache_key,
+                                      constraint=constraint)
         raw, completion = gen.text, gen.completion
         shown = finish(relative(raw) or "", shown_prompt, multiline)
         if completion.stats.stop_reason in ("time", "interrupted") and "\n" in shown:
@@ -334,15 +355,6 @@ class Completer:
             return None
         empty = Completion([], Stats(stop_reason="typethrough"), [])
         return Suggestion(old.text[len(typed) :], old.raw, old.prompt, empty, old.drafter, 0.0, typethrough=True)
-
-
-def _without(text: str, line: int, col: int, n: int) -> str:
-    """`text` without the n characters before 0-based (line, col)."""
-    if n <= 0:
-        return text
-    lines = text.split("\n")
-    lines[line] = lines[line][: col - n] + lines[line][col:]
-    return "\n".join(lines)
 
 
 def _cut(text: str, line: int, col: int) -> tuple[str, str]:

@@ -63,6 +63,7 @@ class Prompt:
     below: str  # lines below the cursor line, as included (possibly cut at the bottom)
     snippets: list[str] = field(default_factory=list)  # names of other buffers included
     start_line: int = 0  # 0-based first line of the lines-above window
+    healed: str = ""  # the end of `typed` left out of the ids: the model writes it (token healing)
 
 
 @dataclass
@@ -206,13 +207,19 @@ def _anchor(enc, line: int, above: int, slack: int, chunk: int) -> tuple[int, in
 
 def build_prompt(lm, text: str, line: int, col: int, others: list[tuple[str, str]] | None = None,
                  path: str | None = None, budget: ContextBudget | None = None,
-                 window: Window | None = None) -> Prompt:
+                 window: Window | None = None, heal: str = "none") -> Prompt:
     """Prompt ids for a completion at (line, col) of `text` (see the module docstring).
 
     `lm` needs encode(), and fim (prefix/suffix/middle ids, file_sep or None). A model
     without FIM tokens gets a plain left-to-right prompt (above + typed). `window` is
     the document's window state: read, and updated when the window moves.
     The prompt never holds more than `budget.total` tokens.
+
+    `heal` says how the typed text ends the prompt (`healed_tail`): "token" backs it up to
+    the last token boundary (the generation is then constrained to write the rest,
+    lsp_server/decoding/healing.py; needs `lm.token_bytes()`), "blanks" leaves out trailing
+    blanks only (the model writes them; for engines that cannot be constrained), "none"
+    keeps it all. What is left out is `Prompt.healed`.
     """
     b = budget or ContextBudget()
     _, typed, after, _ = split_at(text, line, col)  # validates line and col
@@ -277,12 +284,42 @@ def build_prompt(lm, text: str, line: int, col: int, others: list[tuple[str, str
     head.extend(header)
     # The typed text comes last and takes what the total leaves (its end, nearest the cursor).
     left = b.total - len(head) - specials - len(above_ids) - (len(below_ids) if fim is not None else 0)
-    typed_ids = lm.encode(typed[-(4 * left + 64) :])[-left:] if left > 0 else []
+    typed_ids, healed = healed_tail(lm, typed[-(4 * left + 64) :] if left > 0 else "", heal)
+    typed_ids = typed_ids[-left:] if left > 0 else []
     below_text = below_kept[len(after) :] if below_kept.startswith(after) else ""
     if fim is None:
-        return Prompt(above_ids + typed_ids, above_kept, typed, after, below_text, start_line=start)
+        return Prompt(above_ids + typed_ids, above_kept, typed, after, below_text, start_line=start, healed=healed)
     ids = [*head, fim.prefix, *above_ids, fim.suffix, *below_ids, fim.middle, *typed_ids]
-    return Prompt(ids, above_kept, typed, after, below_text, names, start)
+    return Prompt(ids, above_kept, typed, after, below_text, names, start, healed)
+
+
+def healed_tail(lm, tail: str, heal: str) -> tuple[list[int], str]:
+    """(ids of the typed text the prompt ends with, the text left out for the model to write).
+
+    "token": `tail` tokenized whole, less its last token (guidance's token healing), and
+    less more tokens while the kept ones would end inside a multi-byte character; while
+    the user types inside a word the kept ids do not change, so the prompt and its KV
+    cache stay the same until a token completes. Not healed when the kept ids do not spell
+    a prefix of the text (a tokenizer that normalises). "blanks": trailing blanks only.
+    """
+    if heal == "blanks" or (heal == "token" and not tail.strip(" \t")):
+        bare = tail.rstrip(" \t")
+        return (lm.encode(bare) if bare else []), tail[len(bare):]
+    if heal != "token" or not tail:
+        return (lm.encode(tail) if tail else []), ""
+    ids = lm.encode(tail)
+    table = lm.token_bytes()
+    full = tail.encode("utf-8")
+    keep = len(ids) - 1
+    while keep >= 0:
+        kept = b"".join(table[t] if t < len(table) else b"" for t in ids[:keep])
+        if not full.startswith(kept):
+            return ids, ""  # the ids do not spell the text byte for byte: no healing
+        try:
+            return ids[:keep], full[len(kept):].decode("utf-8")
+        except UnicodeDecodeError:  # the kept ids end inside a character: back up one more
+            keep -= 1
+    return ids, ""
 
 
 _UNFIT = [-1]  # stands for the tokens of a line too long to tokenize (never enters a prompt)

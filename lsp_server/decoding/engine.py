@@ -42,6 +42,7 @@ import torch
 from drafters.base import Drafter, Proposal
 from drafters.probs import filtered_probs
 from drafters.speculation import Speculation, measure_pass_costs
+from lsp_server.decoding.healing import Healing
 from lsp_server.decoding.types import Cancelled, Completion, DecodeOptions, Round, Stats, StopRule
 
 
@@ -244,11 +245,14 @@ class Engine:
         cancel: threading.Event | None = None,
         cache_key: str | None = None,
         on_round: Callable[[Round, list[int]], None] | None = None,
+        constraint: Healing | None = None,
     ) -> Completion:
         """Decode a continuation of `prompt` (token ids, at least one).
 
         Returns the completion with statistics and the propose/verify rounds. A set
         `cancel` event ends the loop at the next step with stop_reason "cancelled".
+        `constraint`: token healing (lsp_server/decoding/healing.py), applied to every row
+        of every pass while it lasts, drafting on or off.
         """
         opts = options or DecodeOptions()
         if not prompt:
@@ -276,7 +280,7 @@ class Engine:
                 scorer = spec.scorer(drafter.name) if spec is not None and drafter is not None else None
                 if not stats.stop_reason:
                     stats.stop_reason = self._decode(state, seq, out, stats, rounds, opts, drafter, stop, cancel, gen,
-                                                     time.perf_counter(), on_round, spec, scorer)
+                                                     time.perf_counter(), on_round, spec, scorer, constraint)
                 if scorer is not None:
                     scorer.settle(seq, final=True)
             except BaseException:
@@ -294,7 +298,7 @@ class Engine:
         return Completion(out, stats, rounds)
 
     def _decode(self, state, seq, out, stats, rounds, opts, drafter, stop, cancel, gen, t_decode, on_round,
-                spec=None, scorer=None) -> str:
+                spec=None, scorer=None, constraint=None) -> str:
         """The propose/verify loop. `spec` (the policy, when adaptive) chooses how much of each
         proposal to verify and learns from every timed pass; `scorer` scores offered drafts.
         `t_decode`: when decoding began (the time budget counts from it, not from prefill)."""
@@ -305,6 +309,7 @@ class Engine:
         tie = self.lm.tie_margin if opts.greedy else None
         start = len(seq) - 1  # the cache held seq[:start] (the prompt but its last token) on entry
         plain_until = 0
+        rest = constraint.start() if constraint is not None else None  # healed bytes still to write
         while True:
             if len(out) >= opts.max_new_tokens:
                 return "length"
@@ -330,6 +335,8 @@ class Engine:
             draft = proposal.tokens
             t = time.perf_counter()
             logits = self.verify(state, seq, draft)
+            if rest is not None:  # token healing: the same mask whatever the pass shape (healing.py)
+                logits = constraint.mask(logits, rest, draft)
             n_acc, token = self.accept(logits, proposal, opts, gen)
             if tie and draft:
                 top = logits[: n_acc + 1].float().topk(2, dim=-1).values
@@ -372,6 +379,8 @@ class Engine:
                         proposal.healed)
             rounds.append(rnd)
             new = [*draft[:n_acc], token]
+            if rest is not None:
+                rest = constraint.advance(rest, new)
             seq.extend(new)
             if scorer is not None:
                 scorer.settle(seq)

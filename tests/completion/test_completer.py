@@ -229,14 +229,16 @@ def test_prompt_for_is_the_prompt_complete_sends(lm):
     p = c.prompt_for(doc, 5, 11, name="main.py", cache_key="main.py")
     sug = c.complete(doc, 5, 11, name="main.py", options=OPTS, cache_key="main.py")
     assert sug.prompt.ids == p.ids
-    # The blank typed after "return" is healed: not in the typed text, not in the suffix.
+    # The blank typed after "return" is healed: not in the ids after <fim_middle>, not in the suffix.
     assert lm.decode(p.ids[p.ids.index(lm.fim.middle) + 1 :]) == "    return"
-    assert p.typed == "    return" and p.after == ""
+    assert p.typed == "    return " and p.healed == " " and p.after == ""
 
 
-def test_the_completers_lookup_heals_a_token_the_cursor_split(lm):
-    """The Completer gives its n-gram drafter the model's token_text/encode: at `self.items.p`
-    ("p" of "pop") the first step drafts, and the text equals drafting off's."""
+def test_the_completer_drafts_at_a_token_the_cursor_split(lm):
+    """At `self.items.p` ("p" of "pop") the prompt ends before the split token (token healing,
+    lsp_server/decoding/healing.py), the n-gram drafter proposes at the first step, and the text
+    equals drafting off's. (The drafter's own healed lookup, for contexts that end inside a
+    token, is tested in tests/drafters/test_drafters.py.)"""
     doc = ("class Stack:\n    def pop(self):\n        return self.items.pop()\n\n"
            "    def top(self):\n        return self.items.p\n")
     line, col = 5, len("        return self.items.p")
@@ -249,4 +251,4 @@ def test_the_completers_lookup_heals_a_token_the_cursor_split(lm):
     assert out["ngram"].completion.tokens == out["none"].completion.tokens
     assert out["ngram"].text == out["none"].text
     first = out["ngram"].completion.rounds[0]
-    assert first.healed and first.proposed
+    assert out["ngram"].prompt.healed and first.proposed

@@ -179,6 +179,7 @@ class LlamaModel(TensorBackend):
 
         self.vocab_size = int(L.llama_vocab_n_tokens(self._vocab))
         self._vocabulary: dict[str, int] | None = None  # read when first asked for (152k calls)
+        self._token_bytes: list[bytes] | None = None
         # FIM and stop tokens by name; the whole vocabulary only if no FIM tokens are found that way.
         named = self._lookup([n for names in FIM_NAMES for n in names if n] + list(STOP_NAMES))
         self.fim = find_fim_tokens(named) or find_fim_tokens(self.vocabulary())
@@ -232,6 +233,16 @@ class LlamaModel(TensorBackend):
                 vocab.setdefault(self._text(i), i)
             self._vocabulary = vocab
         return dict(self._vocabulary)
+
+    def token_bytes(self) -> list[bytes]:
+        """The bytes each id writes (b"" for control tokens), read once per model."""
+        if self._token_bytes is None:
+            L, buf, out = self._L, ctypes.create_string_buffer(256), []
+            for tid in range(self.vocab_size):
+                n = L.llama_token_to_piece(self._vocab, tid, buf, 256, 0, False)
+                out.append(buf.raw[:n] if n > 0 else b"")
+            self._token_bytes = out
+        return self._token_bytes
 
     def _text(self, tid: int) -> str:
         """A token's text as the GGUF's vocabulary spells it (byte-level BPE: 'Ġ' for a space)."""

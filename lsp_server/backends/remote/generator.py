@@ -28,6 +28,9 @@ class RemoteGenerator:
     """
 
     drafts = False  # the engine speculates on its own; Ditto's drafters are not used
+    # Token healing's mask is not sent (an OpenAI-style engine takes no per-token mask): the
+    # prompt keeps the typed word and only trailing blanks are healed (docs/team.md).
+    constrains = False
 
     def __init__(self, model):  # a RemoteModel (lsp_server/backends/remote/model.py)
         self.model = model
