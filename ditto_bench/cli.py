@@ -37,8 +37,6 @@ def configure(p: argparse.ArgumentParser) -> None:
     p.add_argument("--per-commit", type=int, default=3,
                    help="tasks taken from one commit at most (default 3; session mode: blocks of one session)")
     p.add_argument("--lang", default="python", help="comma-separated languages, or all (default python)")
-    p.add_argument("--context-tokens", type=int, default=None,
-                   help="prompt budget in tokens (default 1024; session mode: the server's default budget)")
     p.add_argument("--max-keystrokes", type=int, default=None,
                    help="keystroke mode: type at most this many characters per task; session mode: per line, the "
                         "rest of the line is inserted without a request")

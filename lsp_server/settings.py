@@ -54,6 +54,7 @@ class Settings:
     drafter: str = "ngram"  # one of DRAFTERS: none | ngram | model | hybrid
     draft_model: str = "qwen2.5-coder-0.5b"  # model spec of the model / hybrid drafters (same tokenizer as model)
     max_tokens: int = 64  # token budget of one suggestion
+    context_tokens: int = 2048  # prompt budget in tokens (completion/context.py ContextBudget.scaled)
     draft_max: int = 8  # longest draft verified in one pass; 0 = plain decoding
     temperature: float = 0.0  # 0 = greedy
     top_p: float = 1.0
@@ -89,7 +90,10 @@ class Settings:
         """The Completer's share of these settings (built here only; imports torch, so not at module load)."""
         from lsp_server.completion.completer import CompleterSettings
 
-        return CompleterSettings(drafter=self.drafter, multiline=self.multiline, draft_model=self.draft_model)
+        from lsp_server.completion.context import ContextBudget
+
+        return CompleterSettings(drafter=self.drafter, multiline=self.multiline, draft_model=self.draft_model,
+                                 budget=ContextBudget.scaled(self.context_tokens))
 
     # -- the names ---------------------------------------------------------------------------
     @classmethod
@@ -122,6 +126,8 @@ class Settings:
                 options[name] = getattr(args, _CLI_DEST.get(name, name))
         if options["time_budget_s"] is None:  # no --time-budget: the server keeps its default budget
             options["time_budget_s"] = cls.time_budget_s
+        if options["context_tokens"] is None:  # no --context-tokens: the default budget
+            options["context_tokens"] = cls.context_tokens
         base = cls(debug_hooks=bool(getattr(args, "debug_hooks", False)))
         if getattr(args, "debug_load_delay", 0.0):
             if not base.debug_hooks:
@@ -162,6 +168,7 @@ class Settings:
             ("drafter", self.drafter in DRAFTERS, f"one of {', '.join(DRAFTERS)}"),
             ("draft_model", bool(self.draft_model.strip()), "a non-empty model spec"),
             ("max_tokens", self.max_tokens >= 1, ">= 1"),
+            ("context_tokens", self.context_tokens >= 64, ">= 64"),
             ("draft_max", self.draft_max >= 0, ">= 0"),
             ("temperature", self.temperature >= 0, ">= 0"),
             ("top_p", 0 < self.top_p <= 1, "in (0, 1]"),
@@ -192,7 +199,7 @@ _TYPES = {
     "model": str, "device": str, "dtype": str, "backend": str, "drafter": str, "draft_model": str,
     "trust_remote_code": bool, "multiline": bool, "adaptive": bool, "idle_prefill": bool, "debug_hooks": bool,
     "debug_notify_steps": bool, "debug_documents": bool, "debug_fail_forward": bool,
-    "max_tokens": int, "draft_max": int, "top_k": int, "seed": (int, type(None)),
+    "max_tokens": int, "context_tokens": int, "draft_max": int, "top_k": int, "seed": (int, type(None)),
     "temperature": float, "top_p": float, "time_budget_s": (float, type(None)), "debug_step_delay_ms": float,
     "load_wait_s": float, "debug_load_delay_s": float,
     "remote": dict,

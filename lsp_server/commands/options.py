@@ -49,6 +49,9 @@ def add_decode_args(p: argparse.ArgumentParser) -> None:
                    help="draft model of --drafter model|hybrid; same tokenizer as --model (default qwen2.5-coder-0.5b)")
     g.add_argument("--max-tokens", type=int, default=Settings.max_tokens,
                    help="token budget of the completion (default 64)")
+    g.add_argument("--context-tokens", type=int, default=None, metavar="N",
+                   help=f"prompt budget in tokens (default {Settings.context_tokens}; bench: 1024 in completion and keystroke "
+                        "mode, the server's default in session mode)")
     g.add_argument("--draft-max", type=int, default=Settings.draft_max,
                    help="longest draft verified in one pass (default 8)")
     g.add_argument("--temperature", type=float, default=Settings.temperature, help="0 = greedy (default)")
@@ -134,7 +137,6 @@ def prepare_completion(args):
     """Shared by complete and trace: load, read, index the open buffers; returns (lm, completer, text, line, col, path)."""
     from lsp_server.backends.base import ModelError
     from lsp_server.completion.build import build_completer
-    from lsp_server.completion.completer import CompleterSettings
     from lsp_server.completion.context import split_at
 
     path, line, col = parse_position(args.position)
@@ -144,7 +146,9 @@ def prepare_completion(args):
     except ValueError as err:
         raise SystemExit(f"ditto-lsp: error: {path}:{line + 1}:{col + 1}: {err}") from None
     lm = load_model(args, quiet=getattr(args, "json", False))
-    settings = CompleterSettings(drafter=args.drafter, multiline=not args.single_line, draft_model=args.draft_model)
+    settings = Settings().merged({"drafter": args.drafter, "multiline": not args.single_line,
+                                  "draft_model": args.draft_model,
+                                  "context_tokens": args.context_tokens or Settings.context_tokens}).completer_settings()
     # Pass costs for the adaptive draft length (stored after the first run), only where drafts are priced.
     calibration = "stored" if args.drafter != "none" and not getattr(args, "no_adaptive", False) else None
     buffers = [(str(other), read_text(Path(other))) for other in args.open or []]

@@ -84,6 +84,15 @@ class ContextBudget:
     def room_for_slack(self) -> int:
         return self.above // 6 if self.slack is None else max(0, min(self.slack, self.above))
 
+    @classmethod
+    def scaled(cls, total: int) -> "ContextBudget":
+        """The default budget's proportions at another total (the `context_tokens` setting)."""
+        d = cls()
+        if total == d.total:
+            return d
+        return cls(total=total, above=total * d.above // d.total, below=min(d.below, max(8, total // 16)),
+                   snippets=total * d.snippets // d.total)
+
 
 @dataclass
 class Window:

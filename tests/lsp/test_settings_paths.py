@@ -46,6 +46,7 @@ CHANGED = {
     "drafter": (["--drafter", "hybrid"], "hybrid"),
     "draft_model": (["--draft-model", "qwen2.5-coder-1.5b"], "qwen2.5-coder-1.5b"),
     "max_tokens": (["--max-tokens", "32"], 32),
+    "context_tokens": (["--context-tokens", "512"], 512),
     "draft_max": (["--draft-max", "4"], 4),
     "temperature": (["--temperature", "0.5"], 0.5),
     "top_p": (["--top-p", "0.9"], 0.9),

@@ -35,6 +35,7 @@ export interface DittoSettings {
   trustRemoteCode: boolean;
   remote: Record<string, unknown>;
   maxTokens: number;
+  contextTokens: number;
   draftMax: number;
   temperature: number;
   topP: number;
@@ -64,6 +65,7 @@ export const DEFAULTS: DittoSettings = {
   trustRemoteCode: false,
   remote: {},
   maxTokens: 64,
+  contextTokens: 2048,
   draftMax: 8,
   temperature: 0,
   topP: 1,
@@ -87,6 +89,7 @@ export const SERVER_KEYS = [
   "trustRemoteCode",
   "remote",
   "maxTokens",
+  "contextTokens",
   "draftMax",
   "temperature",
   "topP",
@@ -142,6 +145,7 @@ export function readSettings(get: Getter): DittoSettings {
     trustRemoteCode: bool(get("trustRemoteCode"), DEFAULTS.trustRemoteCode),
     remote: obj(get("remote")),
     maxTokens: num(get("maxTokens"), DEFAULTS.maxTokens, 1, true),
+    contextTokens: num(get("contextTokens"), DEFAULTS.contextTokens, 64, true),
     draftMax: num(get("draftMax"), DEFAULTS.draftMax, 0, true),
     temperature: num(get("temperature"), DEFAULTS.temperature, 0, false),
     topP: typeof topP === "number" && topP > 0 && topP <= 1 ? topP : DEFAULTS.topP,
