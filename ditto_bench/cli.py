@@ -1,9 +1,11 @@
 """`ditto-lsp bench --repo PATH`: commit-replay benchmark of Ditto against its peers.
 
 Harvests tasks from the repository (harvest.py), runs the chosen systems on each
-(runner.py; session mode groups tasks of one file into sessions, session.py), aggregates (metrics.py) and writes results.json, report.md and PNG plots
-(report.py). A progress bar shows on stderr; Ctrl-C or --time-limit stop after the
-current task and keep everything done so far (marked partial).
+(runner.py; session mode groups tasks of one file into sessions, session.py, and can also
+replay them on real servers as editors drive them, replay.py), aggregates (metrics.py) and
+writes results.json, report.md and PNG plots (report.py). A progress bar shows on stderr;
+Ctrl-C or --time-limit stop after the current task and keep everything done so far
+(marked partial).
 
 Top level stays light (no torch): the command line builds its parser on every call.
 """
@@ -31,7 +33,9 @@ def configure(p: argparse.ArgumentParser) -> None:
     p.add_argument("--systems", default=None,
                    help="comma-separated; completion: off,ngram,oracle,hf-greedy,hf-prompt-lookup (default all; hf-* "
                         "only on --backend torch); "
-                        "keystroke and session: off|ngram, each optionally -noreuse (default ngram,ngram-noreuse)")
+                        "keystroke and session: off|ngram, each optionally -noreuse (default ngram,ngram-noreuse); "
+                        "session also: ditto, ditto-nodraft (each optionally @N: contextTokens N) and llama-server, "
+                        "real servers driven as editors drive them (the editor replay)")
     p.add_argument("--since", default=None, help="only commits after this date (git log --since)")
     p.add_argument("--max-tasks", type=int, default=50, help="tasks at most (session mode: over all sessions)")
     p.add_argument("--per-commit", type=int, default=3,
@@ -42,6 +46,16 @@ def configure(p: argparse.ArgumentParser) -> None:
                         "rest of the line is inserted without a request")
     p.add_argument("--no-idle-prefill", action="store_true",
                    help="session mode: no idle prefill where the user arrives (the server does it by default)")
+    r = p.add_argument_group("editor replay (session mode, systems ditto* and llama-server)")
+    r.add_argument("--cores", default="0,1", metavar="A,B",
+                   help="Ditto's core and llama-server's core (each server runs pinned there, one thread; default 0,1)")
+    r.add_argument("--peer-followup", action="store_true",
+                   help="llama-server also gets llama.vim's speculative follow-up request after each suggestion "
+                        "(off by default)")
+    r.add_argument("--pause-scale", type=float, default=1.0, metavar="F",
+                   help="multiply the replay's pauses (1.0 s rest at a block, 0.3 s before a line's request) by F")
+    r.add_argument("--answer-timeout", type=float, default=120.0, metavar="SECONDS",
+                   help="a replay request not answered by then is recorded as a timeout (default 120)")
     p.add_argument("--lookup-tokens", type=int, default=10, help="prompt_lookup_num_tokens of hf-prompt-lookup (default 10)")
     p.add_argument("--time-limit", type=float, default=None, metavar="SECONDS",
                    help="stop starting new tasks after this long and write what is done")
@@ -81,7 +95,19 @@ def _versions() -> dict:
     return out
 
 
-def _machine(lm) -> dict:
+def _repo_commit(repo) -> str | None:
+    """HEAD of the replayed repository."""
+    import subprocess
+
+    try:
+        return subprocess.run(["git", "-C", str(repo), "rev-parse", "HEAD"], capture_output=True,
+                              text=True).stdout.strip() or None
+    except OSError:
+        return None
+
+
+def _machine(lm=None) -> dict:
+    """The machine; `lm` None: no model loaded in this process (the editor replay's servers hold them)."""
     import torch
 
     cpu = platform.processor() or platform.machine()
@@ -92,17 +118,17 @@ def _machine(lm) -> dict:
                 break
     except OSError:
         pass
-    device = lm.describe()["device"]
+    device = lm.describe()["device"] if lm is not None else "cpu"
     gpu = torch.cuda.get_device_name(device) if device.startswith("cuda") else None
     cores = os.cpu_count()
     return {"cpu": cpu, "cores": cores, "gpu": gpu, "platform": platform.platform(), "torch_threads": torch.get_num_threads(),
-            "backend_threads": lm.describe().get("threads", torch.get_num_threads()),
+            "backend_threads": lm.describe().get("threads", torch.get_num_threads()) if lm is not None else None,
             "summary": f"{gpu or cpu}, {cores} cores"}
 
 
 def run(args) -> int:
     from ditto_bench.harvest import HarvestError, HarvestOptions, harvest
-    from ditto_bench.systems import parse_systems
+    from ditto_bench.systems import parse_systems, replay_system
     from lsp_server.commands.options import decode_options, load_model
 
     opts = decode_options(args)
@@ -111,6 +137,10 @@ def run(args) -> int:
                                                  else "off,ngram,oracle,hf-greedy,hf-prompt-lookup"), args.mode)
     except ValueError as err:
         raise SystemExit(f"ditto-lsp: error: {err}") from None
+    replayed = [s for s in systems if replay_system(s) is not None]  # real servers (session mode only)
+    systems = [s for s in systems if s not in replayed]
+    if replayed:
+        _replay_cores(args)  # fail early on a bad --cores
     if args.max_tasks < 1:
         raise SystemExit("ditto-lsp: error: --max-tasks must be at least 1")
     if opts.temperature > 0:
@@ -141,6 +171,8 @@ def run(args) -> int:
     else:
         print(f"{len(h.tasks)} tasks ({h.candidates} candidates in {h.commits_scanned} commits; skipped {h.commits_skipped})",
               file=sys.stderr)
+    if not systems:  # only the editor replay: the servers load the model, this process does not
+        return _run_replay_only(args, h, sessions, replayed, started)
     lm = load_model(args)
     if lm.describe()["backend"] != "torch":
         # hf-* run transformers' generate: they exist on the torch backend only.
@@ -166,7 +198,8 @@ def run(args) -> int:
     pass_costs = completer.pass_costs
     bench = Bench(lm, completer, opts, lookup_tokens=args.lookup_tokens)
     meta = {
-        "mode": args.mode, "repo": str(Path(args.repo).resolve()), "since": args.since, "seed": args.seed or 0,
+        "mode": args.mode, "repo": str(Path(args.repo).resolve()), "repo_commit": _repo_commit(args.repo),
+        "since": args.since, "seed": args.seed or 0,
         "languages": args.lang, "per_commit": args.per_commit, "systems": systems, "model": lm.name,
         "model_spec": lm.spec, "dtype": lm.describe()["dtype"], "device": lm.describe()["device"],
         "backend": lm.describe()["backend"],
@@ -243,6 +276,17 @@ def run(args) -> int:
     finally:
         for sig, handler in previous.items():
             signal.signal(sig, handler)
+    replay_records: list[dict] = []
+    if replayed and not stopped.startswith("interrupted"):
+        # The editor replay's systems after the in-process ones, on the sessions they finished.
+        replay_records, meta["replay"], r_done, r_partial, r_stopped = _replay(args, done_sessions, replayed, t_run)
+        meta["systems"] = meta["systems"] + replayed
+        if r_partial:
+            partial, stopped = True, r_stopped
+            done_sessions = r_done
+            done_tasks = [t for s in r_done for t in s.tasks]
+            keep = {t.id for t in done_tasks}
+            records = [r for r in records if r["task"] in keep]
     meta.update({"tasks_run": len(done_tasks), "partial": partial, "stopped": stopped,
                  "wall_s": round(time.time() - started, 1)})
     if session_mode:
@@ -258,21 +302,141 @@ def run(args) -> int:
                           "steps": {"ngram": st.ngram, "model": st.model, "none": st.none}}
     summary = (metrics.summarise_session(records) if session_mode else metrics.summarise_keystroke(records)
                if args.mode == "keystroke" else metrics.summarise_completion(records))
+    summary.update(metrics.summarise_replay(replay_records, timeout_ms=args.answer_timeout * 1000))
     results = {"meta": meta, "summary": summary,
-               "task_list": [t.public() for t in done_tasks], "tasks": records,
+               "task_list": [t.public() for t in done_tasks], "tasks": records + replay_records,
                "mismatches": metrics.mismatches(records)}
     if args.mode == "completion":
         mm = results["mismatches"]
         print(f"identical to off: {sum(1 for r in records if r.get('identical')) }/{len(records)} runs"
               + (f"; {len(mm)} mismatches (listed in report.md)" if mm else ""), file=sys.stderr)
+    return _write(args, results, stopped)
+
+
+def _write(args, results: dict, stopped: str) -> int:
+    from ditto_bench import report
+
     if args.out:
         report.write(results, args.out)
         print(f"wrote {args.out / 'results.json'}, {args.out / 'report.md'} and {len(results['plots'])} plots",
               file=sys.stderr)
         print(report.markdown(results).split("\n## Plots")[0])
     else:
-        print(json.dumps({"meta": meta, "summary": summary}, indent=1))
+        print(json.dumps({"meta": results["meta"], "summary": results["summary"]}, indent=1))
     return 130 if stopped.startswith("interrupted") else 0
+
+
+# -- the editor replay (replay.py) ---------------------------------------------------------------
+def _replay_cores(args) -> tuple[int, int]:
+    try:
+        a, b = (int(x) for x in args.cores.split(","))
+    except ValueError:
+        raise SystemExit(f"ditto-lsp: error: --cores takes two core numbers A,B (got {args.cores!r})") from None
+    n = os.cpu_count() or 1
+    if not (0 <= a < n and 0 <= b < n):
+        raise SystemExit(f"ditto-lsp: error: --cores {args.cores}: this machine has cores 0-{n - 1}")
+    return a, b
+
+
+def _replay(args, sessions: list, systems: list[str], t_run: float):
+    """Replay `sessions` on each system's real server, session by session (each system in turn).
+
+    Returns (records, meta, sessions done, partial, stopped)."""
+    import signal
+    import tempfile
+
+    from ditto_bench import metrics
+    from ditto_bench.replay import (
+        ANSWER_TIMEOUT_S,
+        CURSOR_NOTICE_S,
+        IDLE_WAIT_S,
+        LINE_PAUSE_S,
+        REST_S,
+        ReplayOptions,
+        make_drivers,
+        replay_session,
+        script,
+    )
+
+    cores = _replay_cores(args)
+    log_dir = (args.out / "logs") if args.out else Path(tempfile.mkdtemp(prefix="ditto-replay-"))
+    log_dir.mkdir(parents=True, exist_ok=True)
+    options = ReplayOptions(model=args.model, backend=args.backend, cores=cores, pause_scale=args.pause_scale,
+                            followup=args.peer_followup, answer_timeout_s=args.answer_timeout or ANSWER_TIMEOUT_S,
+                            log_dir=log_dir)
+    meta = {"systems": {}, "cores": {"ditto": cores[0], "llama-server": cores[1]}, "threads": 1,
+            "pause_scale": args.pause_scale,
+            "pauses_s": {"rest": REST_S, "line": LINE_PAUSE_S, "cursor_notice": CURSOR_NOTICE_S, "idle_wait": IDLE_WAIT_S},
+            "followup": args.peer_followup, "answer_timeout_s": options.answer_timeout_s, "logs": str(log_dir),
+            "loadavg_start": [round(x, 2) for x in os.getloadavg()], "opened": []}
+    records: list[dict] = []
+    done: list = []
+    partial, stopped = False, ""
+
+    def _interrupt(signum, frame):
+        raise KeyboardInterrupt
+
+    previous = {sig: signal.signal(sig, _interrupt) for sig in (signal.SIGINT, signal.SIGTERM)}
+    drivers = []
+    try:
+        drivers = make_drivers(systems, options)
+        for d in drivers:
+            print(f"starting {d.system} ...", file=sys.stderr, flush=True)
+            d.start()
+            meta["systems"][d.system] = d.info
+        for i, session in enumerate(sessions):
+            if args.time_limit is not None and time.perf_counter() - t_run > args.time_limit:
+                partial, stopped = True, f"--time-limit {args.time_limit:g}s reached"
+                break
+            steps = script(session)
+            mine = []
+            for d in drivers:
+                run = replay_session(d, session, steps)
+                mine.extend(run.records)
+                meta["opened"].append({"session": session.id, "system": d.system, **run.opened})
+            records.extend(mine)
+            done.append(session)
+            s = metrics.summarise_replay(records, timeout_ms=options.answer_timeout_s * 1000)
+            info = "  ".join(f"{k} cold p50 {v['cold']['tts_ms_p50'] or 0:.0f}ms warm p50 {v['warm']['tts_ms_p50'] or 0:.0f}ms"
+                             for k, v in s.items())
+            print(f"[replay {i + 1}/{len(sessions)} {time.perf_counter() - t_run:.0f}s] {session.id}  {info}",
+                  file=sys.stderr, flush=True)
+    except KeyboardInterrupt:
+        partial, stopped = True, "interrupted (Ctrl-C)"
+        print(f"\ninterrupted: keeping {len(done)} finished sessions", file=sys.stderr)
+    finally:
+        for d in drivers:
+            d.stop()
+        for sig, handler in previous.items():
+            signal.signal(sig, handler)
+    keep = {s.id for s in done}
+    records = [r for r in records if r["session"] in keep]
+    meta["loadavg_end"] = [round(x, 2) for x in os.getloadavg()]
+    return records, meta, done, partial, stopped
+
+
+def _run_replay_only(args, h, sessions: list, systems: list[str], started: float) -> int:
+    """Session mode with only the editor replay's systems: no model in this process."""
+    from ditto_bench import metrics
+
+    t_run = time.perf_counter()
+    records, replay_meta, done, partial, stopped = _replay(args, sessions, systems, t_run)
+    ditto = next((v for k, v in replay_meta["systems"].items() if k != "llama-server"), {})
+    meta = {
+        "mode": args.mode, "repo": str(Path(args.repo).resolve()), "repo_commit": _repo_commit(args.repo), "since": args.since,
+        "seed": args.seed or 0, "languages": args.lang, "per_commit": args.per_commit, "systems": systems,
+        "model": ditto.get("model") or args.model, "model_spec": args.model, "backend": ditto.get("backend") or args.backend,
+        "dtype": ditto.get("dtype"), "device": ditto.get("device") or "cpu", "machine": _machine(),
+        "versions": _versions(), "command": shlex.join(["ditto-lsp", *sys.argv[1:]]),
+        "context_tokens": None, "max_tokens": None, "draft_max": None,
+        "tasks_harvested": len(h.tasks), "candidates": h.candidates, "commits_scanned": h.commits_scanned,
+        "commits_skipped": h.commits_skipped, "note": args.note, "replay": replay_meta,
+        "tasks_run": sum(len(s.blocks) for s in done), "partial": partial, "stopped": stopped,
+        "wall_s": round(time.time() - started, 1), "sessions_run": len(done), "sessions": [s.public() for s in done],
+    }
+    results = {"meta": meta, "summary": metrics.summarise_replay(records, timeout_ms=args.answer_timeout * 1000),
+               "task_list": [t.public() for s in done for t in s.tasks], "tasks": records, "mismatches": []}
+    return _write(args, results, stopped)
 
 
 def _info(records: list[dict], mode: str) -> str:

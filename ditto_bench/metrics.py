@@ -6,6 +6,8 @@ docs/benchmark.md): at least "task", "system", "copyable", "latency_ms", "decode
 "identical", "exact_match", "first_line_exact", "edit_similarity",
 "first_line_edit_similarity", and in keystroke mode "tts_ms", "prefill_tokens",
 "typethrough"; session mode adds "session", "event", "window_moved", "idle_prefill_tokens".
+The editor replay's records (replay.py; one per request, with "kind" cold/warm) are
+summarised by `summarise_replay`.
 """
 
 from __future__ import annotations
@@ -314,3 +316,62 @@ def _same_output_rates(records: list[dict], summary: dict) -> None:
 def mismatches(records: list[dict]) -> list[dict]:
     return [{"task": r["task"], "system": r["system"], "text": r.get("text"), "reference": r.get("reference_text")}
             for r in records if r.get("identical") is False]
+
+
+REPLAY_KINDS = ("cold", "warm", "all")
+
+
+def _replay_group(rs: list[dict], timeout_ms: float) -> dict:
+    """One row of the replay summary: time to suggestion, quality, prompt work, over requests `rs`.
+
+    A timed-out request counts in the percentiles at the timeout (a lower bound of its time)."""
+    tts = [r["tts_ms"] if r.get("tts_ms") is not None else timeout_ms for r in rs]
+    exact = sum(1 for r in rs if r.get("first_line_exact"))
+    eligible = [r for r in rs if r.get("misfire") is not None]
+    misfires = sum(1 for r in eligible if r["misfire"])
+    return {
+        "n": len(rs),
+        "timeouts": sum(1 for r in rs if r.get("timeout")),
+        "tts_ms_p50": _r(percentile(tts, 50), 1),
+        "tts_ms_p95": _r(percentile(tts, 95), 1),
+        "first_line_exact": exact,
+        "first_line_exact_rate": _r(exact / len(rs)) if rs else None,
+        "edit_similarity_mean": _r(_mean([r.get("edit_similarity") for r in rs])),
+        "empty_share": _r(sum(1 for r in rs if r.get("empty")) / len(rs)) if rs else None,
+        "misfires": misfires,
+        "misfire_eligible": len(eligible),
+        "misfire_share": _r(misfires / len(eligible)) if eligible else None,
+        "prompt_tokens_p50": _r(percentile([r["prompt_tokens_processed"] for r in rs
+                                            if r.get("prompt_tokens_processed") is not None], 50), 1),
+        "typethrough": sum(1 for r in rs if r.get("typethrough")),
+        "idle_ms_p50": _r(percentile([r["idle_ms"] for r in rs if r.get("idle_ms") is not None], 50), 1),
+    }
+
+
+def summarise_replay(records: list[dict], peer: str = "llama-server", timeout_ms: float = 120_000.0) -> dict:
+    """Per-system summary of editor-replay records (replay.py): cold, warm and all requests apart.
+
+    Each Ditto system also gets `vs_peer`: the peer's p50 / p95 over its own, cold and warm
+    (above 1: Ditto is faster), from the same run.
+    """
+    summary = {}
+    for s in dict.fromkeys(r["system"] for r in records):
+        rs = [r for r in records if r["system"] == s]
+        summary[s] = {
+            "requests": len(rs),
+            "sessions": len({r["session"] for r in rs}),
+            "tasks": len({r["task"] for r in rs}),
+            **{kind: _replay_group([r for r in rs if kind == "all" or r["kind"] == kind], timeout_ms)
+               for kind in REPLAY_KINDS},
+        }
+    theirs = summary.get(peer)
+    for s, v in summary.items():
+        if s == peer or theirs is None:
+            continue
+        ratios = {}
+        for kind in ("cold", "warm"):
+            for p in ("p50", "p95"):
+                mine, other = v[kind][f"tts_ms_{p}"], theirs[kind][f"tts_ms_{p}"]
+                ratios[f"{kind}_{p}"] = _r(other / max(mine, 1.0), 3) if mine is not None and other is not None else None
+        v["vs_peer"] = ratios
+    return summary

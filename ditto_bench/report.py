@@ -100,6 +100,62 @@ def session_table(summary: dict) -> str:
     return "\n".join(rows)
 
 
+def replay_table(summary: dict) -> str:
+    """The editor replay (replay.py): one row per system and kind of request (cold, warm, all)."""
+    head = ("| system | kind | n | tts p50 ms | tts p95 ms | typed + 1st line = truth | edit sim | empty | "
+            "whole-word misfires | prompt tokens processed p50 | shown without the model | idle before p50 ms | timeouts |")
+    rows = [head, "|" + "---|" * (head.count("|") - 1)]
+    for s, v in summary.items():
+        for kind in ("cold", "warm", "all"):
+            g = v[kind]
+            rows.append(f"| {s} | {kind} | {g['n']} | {_f(g['tts_ms_p50'], 0)} | {_f(g['tts_ms_p95'], 0)} | "
+                        f"{g['first_line_exact']}/{g['n']} ({_pct(g['first_line_exact_rate'])}) | "
+                        f"{_f(g['edit_similarity_mean'], 3)} | {_pct(g['empty_share'])} | "
+                        f"{g['misfires']}/{g['misfire_eligible']} ({_pct(g['misfire_share'])}) | "
+                        f"{_f(g['prompt_tokens_p50'], 0)} | {g['typethrough']} | {_f(g['idle_ms_p50'], 0)} | {g['timeouts']} |")
+    return "\n".join(rows)
+
+
+def replay_ratio_table(summary: dict) -> str:
+    """The peer's time to suggestion over each Ditto system's (above 1: Ditto is faster)."""
+    have = {s: v["vs_peer"] for s, v in summary.items() if v.get("vs_peer")}
+    if not have:
+        return ""
+    head = "| system | peer / system cold p50 | cold p95 | warm p50 | warm p95 |"
+    rows = [head, "|" + "---|" * (head.count("|") - 1)]
+    for s, r in have.items():
+        rows.append(f"| {s} | {_f(r['cold_p50'], 2, '×')} | {_f(r['cold_p95'], 2, '×')} | {_f(r['warm_p50'], 2, '×')} | "
+                    f"{_f(r['warm_p95'], 2, '×')} |")
+    return "\n".join(rows)
+
+
+def _replay_lines(meta: dict, summary: dict) -> list[str]:
+    rp = meta.get("replay") or {}
+    out = ["## Editor replay: real servers, the same edits and requests", "", replay_table(summary), ""]
+    ratios = replay_ratio_table(summary)
+    if ratios:
+        out += [ratios, ""]
+    pauses = rp.get("pauses_s") or {}
+    out.append("cold: the request made as the cursor arrives at a block not visited yet; warm: after a line's first "
+               "character, at a place visited. Time to suggestion: request sent -> answer received (client wall "
+               "clock); a timeout counts at the timeout. Typed + 1st line = truth: the text before the cursor plus the "
+               "suggestion's first line equals the true line. Whole-word misfires: of the requests where a letter was "
+               "typed and the true line continues the word, those whose suggestion starts with a non-word character. "
+               "Prompt tokens processed: Ditto's prefill tokens (ditto/trace), llama-server's timings.prompt_n. Shown "
+               "without the model: Ditto's type-through, llama.vim's cache. Idle before: wall time from the previous "
+               "answer to the request.")
+    if rp:
+        out += ["", f"Pauses (s, × pause scale {rp.get('pause_scale')}): rest after arriving {pauses.get('rest')}, "
+                    f"before a line's request {pauses.get('line')}, ditto/didMoveCursor {pauses.get('cursor_notice')} "
+                    f"into each; cores {rp.get('cores')}, one thread each; llama.vim follow-up "
+                    f"{'on' if rp.get('followup') else 'off'}; answer timeout {rp.get('answer_timeout_s')} s; "
+                    f"load average at start / end {rp.get('loadavg_start')} / {rp.get('loadavg_end')}."]
+        for name, info in (rp.get("systems") or {}).items():
+            out.append(f"- {name}: " + ", ".join(f"{k} {json.dumps(v)}" for k, v in info.items() if k != "system"))
+    out.append("")
+    return out
+
+
 def _same(v: dict) -> str:
     """Session mode's identical-output column: "100% (n)" against off or against the reusing twin."""
     for key in ("identical_to_off", "identical_to_reuse"):
@@ -115,9 +171,15 @@ def markdown(results: dict) -> str:
                f"harvested; {meta.get('candidates')} candidates before sampling; skipped commits: {meta.get('commits_skipped')})")
     out.append(f"- model: {meta.get('model')} on {meta.get('device')} ({meta.get('dtype')}); "
                f"machine: {meta.get('machine', {}).get('summary')}")
-    out.append(f"- budget: {meta.get('max_tokens')} new tokens, draft_max {meta.get('draft_max')}, "
-               f"adaptive draft length {meta.get('adaptive', '–')}, context {meta.get('context_tokens')} tokens; wall time {_f(meta.get('wall_s'), 0)} s"
+    if meta.get("max_tokens") is None and meta.get("replay"):  # only the editor replay: each server's own settings
+        budget = "budget: each server's defaults and what its system name says (below)"
+    else:
+        budget = (f"budget: {meta.get('max_tokens')} new tokens, draft_max {meta.get('draft_max')}, "
+                  f"adaptive draft length {meta.get('adaptive', '–')}, context {meta.get('context_tokens')} tokens")
+    out.append(f"- {budget}; wall time {_f(meta.get('wall_s'), 0)} s"
                + ("; **partial run** (" + meta.get("stopped", "") + ")" if meta.get("partial") else ""))
+    if meta.get("repo_commit"):
+        out.append(f"- repository commit: {meta['repo_commit']}")
     out.append(f"- command: `{meta.get('command')}`")
     if meta.get("pass_costs_ms"):
         costs = ", ".join(f"T({n}) {ms:.0f}" for n, ms in meta["pass_costs_ms"].items())
@@ -132,17 +194,22 @@ def markdown(results: dict) -> str:
         out.append(f"- note: {meta['note']}")
     out.append("")
     summary = results["summary"]
+    replayed = {s: v for s, v in summary.items() if "cold" in v}  # the editor replay's systems (replay.py)
+    summary = {s: v for s, v in summary.items() if s not in replayed}
+    if replayed:
+        out += _replay_lines(meta, replayed)
     if meta.get("mode") == "session":
-        out += ["## Session replay: time to suggestion and prefill per request", "", session_table(summary), ""]
-        out.append("\"model\" columns leave out type-through answers. Reused after Enter / a move: mean share of the "
-                   "prompt's tokens taken from the KV cache on those requests (count in brackets). Window moves: requests "
-                   "whose lines-above window started at another line than the previous one. Idle-prefill hits: "
-                   "requests at a new place whose prompt was prefilled while the user paused there (server.py idle "
-                   "prefill; not counted in their time to suggestion; off with --no-idle-prefill). Systems with -noreuse pass no "
-                   "cache key: no KV reuse and no type-through.")
-        if meta.get("budget"):
-            out.append("")
-            out.append(f"Context budget: {meta['budget']}")
+        if summary:  # the in-process session systems (runner.Bench.session)
+            out += ["## Session replay: time to suggestion and prefill per request", "", session_table(summary), ""]
+            out.append("\"model\" columns leave out type-through answers. Reused after Enter / a move: mean share of the "
+                       "prompt's tokens taken from the KV cache on those requests (count in brackets). Window moves: requests "
+                       "whose lines-above window started at another line than the previous one. Idle-prefill hits: "
+                       "requests at a new place whose prompt was prefilled while the user paused there (server.py idle "
+                       "prefill; not counted in their time to suggestion; off with --no-idle-prefill). Systems with -noreuse pass no "
+                       "cache key: no KV reuse and no type-through.")
+            if meta.get("budget"):
+                out.append("")
+                out.append(f"Context budget: {meta['budget']}")
     elif meta.get("mode") == "keystroke":
         out += ["## Time to suggestion per keystroke", "", keystroke_table(summary), ""]
         out.append("Systems with -noreuse pass no cache key: no KV reuse and no type-through.")
@@ -190,6 +257,24 @@ def plots(results: dict, out: Path) -> list[str]:
     fig.savefig(out / "latency.png", dpi=110)
     plt.close(fig)
     made.append("latency.png")
+    replayed = [s for s, v in results["summary"].items() if "cold" in v]
+    if replayed:  # the editor replay: cold and warm apart
+        fig, ax = plt.subplots(figsize=(8, 4.5))
+        labels, data = [], []
+        for s in replayed:
+            for kind in ("cold", "warm"):
+                labels.append(f"{s}\n{kind}")
+                data.append([r["tts_ms"] / 1000 for r in tasks
+                             if r["system"] == s and r.get("kind") == kind and r.get("tts_ms") is not None])
+        ax.boxplot(data, showfliers=True)
+        ax.set_xticks(range(1, len(labels) + 1), labels)
+        ax.set_ylabel("seconds to suggestion")
+        ax.set_title("Editor replay: time to suggestion, cold and warm")
+        ax.grid(axis="y", alpha=0.3)
+        fig.tight_layout()
+        fig.savefig(out / "replay.png", dpi=110)
+        plt.close(fig)
+        made.append("replay.png")
     if key == "tts_ms":
         return made
     ref = {r["task"]: r["latency_ms"] for r in tasks if r["system"] == "off"}

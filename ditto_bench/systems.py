@@ -25,11 +25,15 @@ the time to their first new token as their prefill.
 
 Keystroke mode: one request per typed character through the same Completer path the
 server uses, with the document's cache key (KV reuse); a ``-noreuse`` suffix runs the
-same system without a cache key. Session mode (session.py) takes the same systems.
+same system without a cache key. Session mode (session.py) takes the same systems, and
+the editor-replay systems of replay.py: ``ditto``, ``ditto-nodraft`` (each optionally
+``@N``, a context budget of N tokens) and ``llama-server``, real servers in their own
+processes (`replay_system` parses their names).
 """
 
 from __future__ import annotations
 
+import re
 import time
 from dataclasses import dataclass
 from typing import Sequence
@@ -40,6 +44,16 @@ DITTO = ("off", "ngram", "model", "hybrid", "oracle")
 HF = ("hf-greedy", "hf-prompt-lookup")
 COMPLETION_SYSTEMS = DITTO + HF
 KEYSTROKE_BASE = ("off", "ngram")
+REPLAY_PEER = "llama-server"  # llama.cpp's own server, driven as llama.vim drives it (replay.py)
+
+
+def replay_system(name: str) -> tuple[str, int | None] | None:
+    """(base, context tokens) of an editor-replay system name, else None:
+    ``ditto``, ``ditto-nodraft``, either with ``@N`` (contextTokens N), and ``llama-server``."""
+    m = re.fullmatch(r"(ditto|ditto-nodraft|llama-server)(?:@(\d+))?", name)
+    if m is None or (m.group(1) == REPLAY_PEER and m.group(2)) or (m.group(2) and int(m.group(2)) < 64):
+        return None
+    return m.group(1), int(m.group(2)) if m.group(2) else None
 
 
 def parse_systems(spec: str, mode: str) -> list[str]:
@@ -48,8 +62,12 @@ def parse_systems(spec: str, mode: str) -> list[str]:
         raise ValueError("--systems is empty")
     if mode in ("keystroke", "session"):
         for n in names:
+            if mode == "session" and replay_system(n) is not None:
+                continue
             if n.removesuffix("-noreuse") not in KEYSTROKE_BASE:
-                raise ValueError(f"unknown {mode}-mode system {n!r}: use off, ngram, each optionally with -noreuse")
+                raise ValueError(f"unknown {mode}-mode system {n!r}: use off, ngram, each optionally with -noreuse"
+                                 + ("; or ditto, ditto-nodraft (optionally @N: a context budget of N tokens), "
+                                    "llama-server (real servers, replay.py)" if mode == "session" else ""))
         return list(dict.fromkeys(names))
     for n in names:
         if n not in COMPLETION_SYSTEMS and fixed_k(n) is None:
