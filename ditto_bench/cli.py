@@ -323,7 +323,7 @@ def _write(args, results: dict, stopped: str) -> int:
         print(report.markdown(results).split("\n## Plots")[0])
     else:
         print(json.dumps({"meta": results["meta"], "summary": results["summary"]}, indent=1))
-    return 130 if stopped.startswith("interrupted") else 0
+    return 130 if stopped.startswith("interrupted") else 1 if stopped.startswith("error") else 0
 
 
 # -- the editor replay (replay.py) ---------------------------------------------------------------
@@ -404,6 +404,13 @@ def _replay(args, sessions: list, systems: list[str], t_run: float):
     except KeyboardInterrupt:
         partial, stopped = True, "interrupted (Ctrl-C)"
         print(f"\ninterrupted: keeping {len(done)} finished sessions", file=sys.stderr)
+    except Exception as err:  # noqa: BLE001  (a server that died or failed: keep the sessions done)
+        import traceback
+
+        traceback.print_exc()
+        partial, stopped = True, f"error: {type(err).__name__}: {err}"
+        print(f"replay stopped by an error: keeping {len(done)} finished sessions (server logs in {log_dir})",
+              file=sys.stderr)
     finally:
         for d in drivers:
             d.stop()
