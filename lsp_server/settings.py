@@ -64,6 +64,9 @@ class Settings:
     multiline: bool = True  # ghost text may span lines (until the current block ends)
     adaptive: bool = True  # choose each draft's length from measured pass costs; False = verify draft_max tokens
     idle_prefill: bool = True  # prefill the likely next prompt while the user pauses (the worker is otherwise idle)
+    # The drafter's index of the open buffers, all together, in MB; least recently used ones beyond it are
+    # dropped from it and indexed again when visited (completion/buffers.py; ~26 bytes a token).
+    index_memory_mb: int = 64
     # -- while the model loads -----------------------------------------------------------
     load_wait_s: float = 120.0  # a request made while the model loads waits this long for it, then gets null (0 = at once)
     # -- testing (CLI only: `ditto-lsp serve --debug-hooks`) -----------------------------
@@ -176,6 +179,7 @@ class Settings:
             ("time_budget_s", self.time_budget_s is None or self.time_budget_s > 0, "> 0 or null"),
             ("debug_step_delay_ms", 0 <= self.debug_step_delay_ms <= 10_000, "in [0, 10000]"),
             ("load_wait_s", 0 <= self.load_wait_s <= 86_400, "in [0, 86400]"),
+            ("index_memory_mb", 1 <= self.index_memory_mb <= 1 << 20, "in [1, 1048576]"),
             ("debug_load_delay_s", 0 <= self.debug_load_delay_s <= 86_400, "in [0, 86400]"),
             ("model", bool(self.model.strip()), "a non-empty model spec"),
             ("backend", self.backend in BACKENDS, ", ".join(BACKENDS[:-1]) + " or " + BACKENDS[-1]),
@@ -201,7 +205,7 @@ _TYPES = {
     "debug_notify_steps": bool, "debug_documents": bool, "debug_fail_forward": bool,
     "max_tokens": int, "context_tokens": int, "draft_max": int, "top_k": int, "seed": (int, type(None)),
     "temperature": float, "top_p": float, "time_budget_s": (float, type(None)), "debug_step_delay_ms": float,
-    "load_wait_s": float, "debug_load_delay_s": float,
+    "load_wait_s": float, "debug_load_delay_s": float, "index_memory_mb": int,
     "remote": dict,
 }
 

@@ -33,6 +33,9 @@ def configure(p: argparse.ArgumentParser) -> None:
     srv = p.add_argument_group("server")
     srv.add_argument("--no-idle-prefill", action="store_true",
                      help="do not prefill the likely next prompt while the editor is idle (on by default)")
+    srv.add_argument("--index-memory-mb", type=int, default=Settings.index_memory_mb, metavar="MB",
+                     help="memory for the drafter's index of the open buffers, all together; the least recently "
+                          f"used beyond it are dropped and indexed again when visited (default {Settings.index_memory_mb})")
     srv.add_argument("--load-wait", dest="load_wait_s", type=float, default=Settings.load_wait_s, metavar="SECONDS",
                      help="how long a completion request made while the model loads waits for it; then it is "
                           "answered null (default 120; 0 = at once)")

@@ -25,14 +25,14 @@ from typing import Callable
 from drafters import NGramDrafter
 from drafters.registry import DraftContext, make_drafter
 from lsp_server.backends.base import GeneratingModel, Generator
+from lsp_server.completion.buffers import HISTORY, open_buffers
 from lsp_server.completion.context import ContextBudget, Prompt, Window, build_prompt, finish, ghost_cut, split_at
 from lsp_server.decoding.engine import Engine
 from lsp_server.decoding.healing import Healing, VocabBytes
 from lsp_server.decoding.types import Completion, DecodeOptions, Generated, Stats
 
 _PARTIAL = "\ufffd"  # what decoding shows for the first bytes of a character not yet complete
-MAX_INDEXED_CHARS = 262144  # of one buffer, for the drafter: its head and tail past this
-HISTORY = "history"  # the n-gram source of accepted completions (priority 2)
+MAX_INDEXED_CHARS = 262144  # of one buffer, for the drafter: its head and tail (whole lines) past this
 
 
 @dataclass
@@ -138,19 +138,20 @@ class Completer:
 
     # -- other open buffers -------------------------------------------------------------
     def set_buffer(self, name: str, text: str) -> None:
-        """Index a buffer for drafting (tokenized now; the index updates incrementally)."""
+        """A buffer's text, for the prompt's snippets and the drafter's index (lsp_server/completion/buffers.py:
+        only the blocks an edit touched are tokenized again; indexed now, or by `open_buffers(self).step()`
+        when the server defers it; within the index memory budget)."""
         self._buffers[name] = text
-        if not self.generator.drafts:
-            return  # only the drafters read the index; the prompt's snippets come from _buffers
-        if len(text) > MAX_INDEXED_CHARS:  # tokenizing megabytes per keystroke would stall the worker
-            half = MAX_INDEXED_CHARS // 2
-            text = text[:half] + "\n" + text[-half:]
-        self.ngram.update_source(name, self.lm.encode(text))
+        open_buffers(self, MAX_INDEXED_CHARS).set(name, text)
 
-    def forget_buffer(self, name: str) -> None:
+    def forget_buffer(self, name: str, cache_key: str | None = None) -> None:
+        """A buffer closed: its text, index, prompt window and model cache go (the cache is kept under
+        `cache_key` where that is not the name: the server's document URI)."""
         self._buffers.pop(name, None)
-        self.ngram.forget_source(name)
+        open_buffers(self, MAX_INDEXED_CHARS).forget(name)
         self.generator.forget(name)
+        if cache_key is not None and cache_key != name:
+            self.generator.forget(cache_key)
         self.forget_window(name)
 
     # -- prompt windows (context.py: windows that survive editing) --------------------------
@@ -183,20 +184,11 @@ class Completer:
         buffers), bounded to `settings.history_tokens` tokens, oldest entries dropped, so
         a pattern the user accepted once is proposed again in any file.
         """
-        if not self.generator.drafts:
-            return
-        ids = self.lm.encode(text + after)
-        if not ids:
-            return
-        self._history.append(ids)
-        limit = self.settings.history_tokens
-        while len(self._history) > 1 and sum(map(len, self._history)) > limit:
-            self._history.pop(0)
-        joined = [t for entry in self._history for t in entry][-limit:]
-        self.ngram.update_source(HISTORY, joined, priority=2)
+        if self.generator.drafts:
+            open_buffers(self, MAX_INDEXED_CHARS).accept(self.lm.encode(text + after), self.settings.history_tokens)
 
     def history(self) -> list[str]:
-        return [self.lm.decode(ids) for ids in self._history]
+        return [self.lm.decode(ids) for ids in open_buffers(self, MAX_INDEXED_CHARS).history()]
 
     # -- completion -----------------------------------------------------------------------
     def draft_model(self, spec: str | None = None):

@@ -1,5 +1,8 @@
-"""Idle prefill: while the user pauses, prefill the prompt they are likely to ask for next
-(a mixin of DittoServer, lsp_server/lsp/server.py; docs/design.md, "Prompt layout and windows").
+"""Idle work: while the user pauses, prefill the prompt they are likely to ask for next (a mixin
+of DittoServer, lsp_server/lsp/server.py; docs/design.md, "Prompt layout and windows"); then index
+the open buffers for the drafter, a slice at a time (lsp_server/lsp/documents.py
+`index_while_idle`; a request waits for at most one slice). One idle job does both, so that
+neither replaces the other in the scheduler's one idle slot.
 """
 
 from __future__ import annotations
@@ -28,7 +31,19 @@ class IdleMixin:
         snap = self.snapshot(uri, position)
         if snap is None:
             return
-        self.scheduler.idle(lambda cancel: self._warm(snap, cancel))
+        self.__dict__["_aimed"] = snap
+        self._schedule_idle()
+
+    def _schedule_idle(self) -> None:
+        self.scheduler.idle(self._idle_work)
+
+    def _idle_work(self, cancel: threading.Event) -> None:
+        snap = self.__dict__.pop("_aimed", None)
+        if snap is not None:
+            self._warm(snap, cancel)
+            if cancel.is_set():
+                self.__dict__.setdefault("_aimed", snap)  # stopped by a request: go on from there later
+        self.index_while_idle(cancel)
 
     def _warm(self, snap: Snapshot, cancel: threading.Event) -> None:
         completer = self.completer

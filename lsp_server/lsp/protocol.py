@@ -11,6 +11,10 @@
   its line break); a position inside a surrogate pair means after that character; a
   range whose end comes before its start is swapped. A change for a document that is not
   open is ignored.
+- Per keystroke, the cost follows the edit, not the document (issue 26): `Lines` keeps where
+  every line starts (by LSP's breaks, and by "\n" alone, which the prompt counts) and is
+  updated around each edit (an array shift for the lines after it); the one whole-text cost
+  left is building the new string, a copy at memory speed (pygls keeps a document as one str).
 - `edit_end`: where an edit leaves the cursor (idle prefill aims there).
 """
 
@@ -21,6 +25,7 @@ import re
 from typing import Any
 from urllib.parse import unquote
 
+import numpy as np
 from lsprotocol import types
 from lsprotocol.types import ResponseError
 from pygls.exceptions import JsonRpcException, JsonRpcInvalidParams, JsonRpcInvalidRequest, JsonRpcServerNotInitialized
@@ -29,6 +34,8 @@ from pygls.protocol import LanguageServerProtocol, lsp_method
 log = logging.getLogger(__name__)
 
 LINE_BREAK = re.compile(r"\r\n|\r|\n")
+NEWLINE = re.compile(r"\n")
+SURROGATE = re.compile("[\ud800-\udfff]")  # JSON allows lone ones; tokenizers reject them
 
 
 class _Answered:
@@ -82,11 +89,13 @@ class DittoProtocol(LanguageServerProtocol):
             return
         text = doc.source
         units = self.workspace.position_codec.client_num_units
+        lines = self._server.lines_of(doc.uri, text)
         for change in params.content_changes:
             if isinstance(change, types.TextDocumentContentChangePartial):
-                text = apply_change(text, change.range, change.text, units)
+                text = lines.apply(change.range, change.text, units)
             else:
                 text = change.text
+                lines = self._server.lines_of(doc.uri, text)
         self.workspace.update_text_document(
             params.text_document, types.TextDocumentContentChangeWholeDocument(text=text))
         if (user_handler := self.fm.features.get(types.TEXT_DOCUMENT_DID_CHANGE)) is not None:
@@ -95,24 +104,92 @@ class DittoProtocol(LanguageServerProtocol):
 
 def apply_change(text: str, rng: types.Range, new_text: str, units) -> str:
     """`text` with `rng` replaced by `new_text`; `units(s)` counts client units (module docstring rules)."""
-    starts = [0] + [m.end() for m in LINE_BREAK.finditer(text)]
+    return Lines(text).apply(rng, new_text, units)
 
-    def offset(pos: types.Position) -> int:
+
+class Lines:
+    """Where the lines of one text start, by LSP's breaks (`starts`) and by "\n" alone (`nl`, the
+    lines the prompt and snapshots count), kept in step with edits (`apply`); `clean`: the text
+    surely holds no lone surrogate (False may be stale after one was deleted)."""
+
+    __slots__ = ("text", "starts", "nl", "clean")
+
+    def __init__(self, text: str):
+        self.text = text
+        self.clean = text.isascii() or SURROGATE.search(text) is None  # no lone surrogate (documents.model_text)
+        self.nl = _line_starts(text, NEWLINE, 0, len(text))
+        self.starts = self.nl if "\r" not in text else _line_starts(text, LINE_BREAK, 0, len(text))
+
+    def offset(self, pos: types.Position, units) -> int:
+        """The offset of an LSP position (module docstring rules)."""
+        starts, text = self.starts, self.text
         if pos.line >= len(starts):
             return len(text)
-        begin = starts[pos.line]
-        m = LINE_BREAK.search(text, begin)
-        end = m.start() if m else len(text)
+        begin = int(starts[pos.line])
+        if pos.line + 1 < len(starts):  # before the line's break
+            end = int(starts[pos.line + 1])
+            end -= 2 if end - 2 >= begin and text.startswith("\r\n", end - 2) else 1
+        else:
+            end = len(text)
+        if text[begin:end].isascii():  # one unit a character in every encoding
+            return min(end, begin + pos.character)
         i, seen = begin, 0
         while i < end and seen < pos.character:
             seen += units(text[i])
             i += 1
         return i
 
-    a, b = offset(rng.start), offset(rng.end)
-    if b < a:
-        a, b = b, a
-    return text[:a] + new_text + text[b:]
+    def apply(self, rng: types.Range, new_text: str, units) -> str:
+        """Replace `rng` by `new_text`; returns the new text, which this now describes."""
+        a, b = self.offset(rng.start, units), self.offset(rng.end, units)
+        if b < a:
+            a, b = b, a
+        old = self.text
+        text = "".join((old[:a], new_text, old[b:]))
+        delta = len(text) - len(old)
+        crlf = self.starts is not self.nl  # the text holds a "\r": LSP's lines are not "\n"'s
+        self.nl = _shifted(self.nl, text, a, b, delta, NEWLINE)
+        if crlf:
+            self.starts = _shifted(self.starts, text, a, b, delta, LINE_BREAK)
+        else:
+            self.starts = self.nl if "\r" not in new_text else _line_starts(text, LINE_BREAK, 0, len(text))
+        self.text = text
+        self.clean = self.clean and (new_text.isascii() or SURROGATE.search(new_text) is None)
+        return text
+
+    def line(self, i: int) -> str:
+        """Line i by "\n" alone (as text.split("\n")[i])."""
+        nl, text = self.nl, self.text
+        return text[int(nl[i]) : int(nl[i + 1]) - 1 if i + 1 < len(nl) else len(text)]
+
+
+def _line_starts(text: str, pattern: re.Pattern, a: int, z: int) -> np.ndarray:
+    """0 (when a == 0) and the end of every break in text[a:z]."""
+    head = [0] if a == 0 else []
+    if pattern is NEWLINE:
+        try:  # a text of one byte a character: a vector search
+            raw = np.frombuffer(text[a:z].encode("latin-1"), np.uint8)
+            return np.concatenate([np.array(head, np.int64), np.flatnonzero(raw == 10).astype(np.int64) + a + 1])
+        except UnicodeEncodeError:
+            pass
+    return np.array(head + [m.end() for m in pattern.finditer(text, a, z)], np.int64)
+
+
+def _shifted(starts: np.ndarray, text: str, a: int, b: int, delta: int, pattern: re.Pattern) -> np.ndarray:
+    """The line starts of `text`, which is the text of `starts` with [a, b) replaced (delta characters
+    longer): those up to a line before the edit kept, those two lines after it on shifted, the ones
+    between found again (a break next to the edit may have changed: "\r" + "\n" is one)."""
+    la = int(np.searchsorted(starts, a, "right")) - 1
+    lb = int(np.searchsorted(starts, b, "right")) - 1
+    r0 = int(starts[max(0, la - 1)])
+    keep_after = lb + 2 < len(starts)
+    r1 = int(starts[lb + 2]) + delta if keep_after else len(text)
+    middle = _line_starts(text, pattern, r0, r1)
+    if len(middle) and middle[0] == 0 and r0 == 0:
+        middle = middle[1:]
+    if keep_after:
+        middle = middle[middle < r1]
+    return np.concatenate([starts[: max(0, la - 1) + 1], middle, starts[lb + 2 :] + delta if keep_after else []])
 
 
 def edit_end(changes, units) -> types.Position | None:

@@ -79,4 +79,10 @@ class StatsMixin:
             "worker_pending": self.scheduler.pending,
             "worker_pending_max": self.scheduler.max_pending,
             "open_documents": len(self.workspace.text_documents) if self.protocol._workspace else 0,
+            # The drafter's index of the open buffers (completion/buffers.py) and the engine's KV caches
+            # (one per document; a closed document's goes at once).
+            "index": self.index_stats(),
+            "kv_cache": ({"keys": len(self.completer.engine.cached_keys()),
+                          "tokens": self.completer.engine.cached_tokens()}
+                         if self.completer is not None and self.completer.engine is not None else None),
         }

@@ -57,6 +57,7 @@ CHANGED = {
     "adaptive": (["--no-adaptive"], False),
     "idle_prefill": (["--no-idle-prefill"], False),
     "load_wait_s": (["--load-wait", "30"], 30.0),
+    "index_memory_mb": (["--index-memory-mb", "16"], 16),
 }
 VALUES = {k: v for k, (_, v) in CHANGED.items()}
 # Each of these again with drafter = model (the table above has hybrid).

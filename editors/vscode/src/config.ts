@@ -44,6 +44,7 @@ export interface DittoSettings {
   timeBudget: number | null;
   multiline: boolean;
   loadWaitS: number;
+  indexMemoryMb: number;
 }
 
 /** The server's drafter names (none, ngram, model, hybrid): package.json's enum for `ditto.drafter`. */
@@ -74,6 +75,7 @@ export const DEFAULTS: DittoSettings = {
   timeBudget: 5,
   multiline: true,
   loadWaitS: 120,
+  indexMemoryMb: 64,
 };
 
 /** The keys the server understands (its Settings dataclass, camelCase). */
@@ -98,6 +100,7 @@ export const SERVER_KEYS = [
   "timeBudget",
   "multiline",
   "loadWaitS",
+  "indexMemoryMb",
 ] as const;
 
 /** Changing one of these needs a new server process, not a configuration message. */
@@ -154,6 +157,7 @@ export function readSettings(get: Getter): DittoSettings {
     timeBudget: tb === null ? null : typeof tb === "number" && tb > 0 ? tb : DEFAULTS.timeBudget,
     multiline: bool(get("multiline"), DEFAULTS.multiline),
     loadWaitS: num(get("loadWaitS"), DEFAULTS.loadWaitS, 0, false),
+    indexMemoryMb: num(get("indexMemoryMb"), DEFAULTS.indexMemoryMb, 1, true),
   };
 }
 

@@ -18,7 +18,7 @@ M.name = 'ditto'
 M.server_options = {
   'model', 'device', 'dtype', 'backend', 'trust_remote_code', 'remote', 'drafter', 'draft_model', 'max_tokens',
   'context_tokens', 'draft_max', 'temperature', 'top_p', 'top_k', 'seed', 'time_budget_s', 'multiline', 'adaptive', 'idle_prefill',
-  'load_wait_s',
+  'load_wait_s', 'index_memory_mb',
 }
 
 ---@class ditto.Opts
@@ -43,6 +43,7 @@ M.server_options = {
 ---@field adaptive? boolean Choose each draft's length from measured pass costs. Default true.
 ---@field idle_prefill? boolean Prefill the next prompt while you pause. Default true.
 ---@field load_wait_s? number Seconds a request made while the model loads waits for it (0 = none). Default 120.
+---@field index_memory_mb? integer Memory for the drafter's index of the open buffers, in MB. Default 64.
 ---@field init_options? table Further initializationOptions, under the options above.
 ---@field filetypes? string[] Filetypes to attach to.
 ---@field enable? boolean Call vim.lsp.enable('ditto'). Default true.
