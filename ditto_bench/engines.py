@@ -3,7 +3,11 @@
 
 `LlamaCppServer` starts llama-cpp-python's OpenAI-compatible server (``python -m
 llama_cpp.server``) on 127.0.0.1 with a GGUF, waits until it answers, and can kill, pause
-(SIGSTOP), resume and restart it. `tiny_text_gguf` writes the tiny random model
+(SIGSTOP), resume and restart it. `LlamaServer` does the same with llama.cpp's own
+`llama-server`, which the prebuilt `xllamacpp` wheel embeds: `python -m ditto_bench.engines
+llama-server` runs it in a process of its own (xllamacpp runs it in-process, and stops it only
+when the object is freed: a process can be killed like a real engine's), with `--parallel`
+slots so that a team's requests run side by side, and the same port after every restart. `tiny_text_gguf` writes the tiny random model
 (lsp_server/backends/tiny_gguf.py) with the rows of some tokens set to zero (the output head
 is tied, so their logits are 0 and never the argmax among hundreds of random ones): every
 token that is not valid UTF-8 on its own (engines drop or replace invalid bytes each in their
@@ -98,10 +102,9 @@ class LlamaCppServer:
     def spec(self, tokenizer: str | None = None, engine: str = "llama.cpp") -> str:
         return f"{self.url}#{self.alias}&tokenizer={tokenizer or self.gguf}&engine={engine}"
 
-    def start(self, timeout: float = 180.0) -> float:
-        """Start it and wait until /v1/models answers; returns time.time() when it did."""
-        if self.proc is not None and self.proc.poll() is None:
-            raise RuntimeError("the engine is already running")
+    name = "llama_cpp.server"
+
+    def command(self) -> list[str]:
         cmd = [sys.executable, "-m", "llama_cpp.server", "--model", str(self.gguf), "--host", "127.0.0.1",
                "--port", str(self.port), "--n_ctx", str(self.n_ctx), "--n_threads", str(self.threads),
                "--model_alias", self.alias, "--interrupt_requests", str(self.interrupt_requests),
@@ -110,6 +113,13 @@ class LlamaCppServer:
             cmd += ["--api_key", self.api_key]
         if self.tls:
             cmd += ["--ssl_certfile", str(self.tls[0]), "--ssl_keyfile", str(self.tls[1])]
+        return cmd
+
+    def start(self, timeout: float = 180.0) -> float:
+        """Start it and wait until /v1/models answers; returns time.time() when it did."""
+        if self.proc is not None and self.proc.poll() is None:
+            raise RuntimeError("the engine is already running")
+        cmd = self.command()
         env = {**os.environ, "PYTHONUNBUFFERED": "1", "OMP_NUM_THREADS": str(self.threads)}
         with open(self.stdout_path, "ab") as out, open(self.stderr_path, "ab") as err:
             self.proc = subprocess.Popen(cmd, stdout=out, stderr=err, stdin=subprocess.DEVNULL, env=env)
@@ -118,17 +128,17 @@ class LlamaCppServer:
         deadline = time.monotonic() + timeout
         while True:
             if self.proc.poll() is not None:
-                raise RuntimeError(f"llama_cpp.server exited with {self.proc.returncode}: {self.stderr_tail()}")
+                raise RuntimeError(f"{self.name} exited with {self.proc.returncode}: {self.stderr_tail()}")
             # Polled every 20 ms: the moment it accepts connections is when a restart counts as done
-            # (the team storm measures recovery from it). llama_cpp.server loads the model before it
-            # listens, so /v1/models answers right after.
+            # (the team storm measures recovery from it). Both servers load the model before they
+            # listen, so /v1/models answers right after.
             if self.accepting_at is None and self.accepts():
                 self.accepting_at = time.time()
             if self.accepting_at is not None and self.ready():
                 return time.time()
             if time.monotonic() > deadline:
                 self.kill()
-                raise RuntimeError(f"llama_cpp.server did not answer in {timeout} s: {self.stderr_tail()}")
+                raise RuntimeError(f"{self.name} did not answer in {timeout} s: {self.stderr_tail()}")
             time.sleep(0.02)
 
     def accepts(self) -> bool:
@@ -188,3 +198,64 @@ class LlamaCppServer:
             return self.stderr_path.read_text(errors="replace")[-n:]
         except OSError:
             return ""
+
+
+class LlamaServer(LlamaCppServer):
+    """llama.cpp's own `llama-server` (from the xllamacpp wheel) on 127.0.0.1:port, in a process of its
+    own (`python -m ditto_bench.engines llama-server`): started, killed, paused and restarted as
+    LlamaCppServer is. `parallel` slots of `n_ctx` tokens each (llama-server splits its context
+    among them); flash attention off, as for LlamaCppServer (llama.cpp's CPU flash attention is
+    not split-invariant); no API key or TLS (llama-server has them; nothing here needs them)."""
+
+    name = "llama-server"
+
+    def __init__(self, gguf: str | Path, port: int | None = None, *, alias: str = "tiny", n_ctx: int = 4096,
+                 parallel: int = 4, log_dir: str | Path | None = None, threads: int = 1):
+        super().__init__(gguf, port, alias=alias, n_ctx=n_ctx, log_dir=log_dir, threads=threads)
+        self.parallel = parallel
+
+    def command(self) -> list[str]:
+        return [sys.executable, "-m", "ditto_bench.engines", "llama-server", "--model", str(self.gguf),
+                "--port", str(self.port), "--ctx", str(self.n_ctx * self.parallel), "--parallel", str(self.parallel),
+                "--threads", str(self.threads), "--alias", self.alias]
+
+
+def serve_llama_server(argv: list[str] | None = None) -> int:
+    """The process of LlamaServer: start llama-server in it, then wait for SIGTERM (SIGKILL needs no help)."""
+    import argparse
+    import threading
+
+    import xllamacpp
+
+    ap = argparse.ArgumentParser(prog="python -m ditto_bench.engines llama-server")
+    ap.add_argument("--model", required=True)
+    ap.add_argument("--port", type=int, required=True)
+    ap.add_argument("--ctx", type=int, default=16384, help="n_ctx of all slots together")
+    ap.add_argument("--parallel", type=int, default=4)
+    ap.add_argument("--threads", type=int, default=1)
+    ap.add_argument("--alias", default="tiny")
+    a = ap.parse_args(argv)
+    p = xllamacpp.CommonParams()
+    p.model.path = a.model
+    p.n_ctx = a.ctx
+    p.n_parallel = a.parallel
+    p.port = a.port
+    p.cpuparams.n_threads = p.cpuparams_batch.n_threads = a.threads
+    p.model_alias = {a.alias}
+    p.flash_attn_type = 0  # off (see LlamaServer)
+    p.cache_ram_mib = 256  # the prompt cache kept in RAM (8 GB by default)
+    stop = threading.Event()
+    signal.signal(signal.SIGTERM, lambda *_: stop.set())
+    signal.signal(signal.SIGINT, lambda *_: stop.set())
+    server = xllamacpp.Server(p)
+    print(f"llama-server listening on {server.listening_address}", file=sys.stderr, flush=True)
+    while not stop.wait(0.5):
+        pass
+    del server
+    return 0
+
+
+if __name__ == "__main__":
+    if len(sys.argv) > 1 and sys.argv[1] == "llama-server":
+        raise SystemExit(serve_llama_server(sys.argv[2:]))
+    raise SystemExit("usage: python -m ditto_bench.engines llama-server --model GGUF --port PORT [...]")

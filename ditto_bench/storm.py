@@ -19,6 +19,7 @@ has typed fraction F of its keys, restarts it after `--down-s`, and reports how 
 client took after the restart to get a suggestion again, and that no client process died:
 
     python -m ditto_bench.storm --engine tiny --clients 4 --edits 500 --kill-engine-at 0.4
+    python -m ditto_bench.storm --engine tiny --server llama-server --clients 4 --edits 500 --kill-engine-at 0.4
     python -m ditto_bench.storm --model http://gpu:8000/v1#qwen --clients 4 --remote '{"headers": ...}'
 
 Left out on purpose: pygls (this is the other side of the wire), asserting anything
@@ -222,7 +223,7 @@ def team_storm(model: str, clients: int = 4, edits: int = 500, *, engine=None, k
                warmup: int = 20, log=None, server_env: dict | None = None, keep_intervals: bool = False) -> dict:
     """Several clients, each its own `ditto-lsp serve`, storming one engine at once (module docstring).
 
-    `engine`: a ditto_bench.engines.LlamaCppServer to kill and restart (with `kill_at`).
+    `engine`: a ditto_bench.engines.LlamaCppServer or LlamaServer to kill and restart (with `kill_at`).
     `keep_intervals`: also return each client's requests to the engine as (start, first
     piece, end, outcome) in wall-clock seconds, and the outage's times.
     """
@@ -362,8 +363,10 @@ def main(argv=None) -> int:
     g = p.add_argument_group("team (several clients on one engine; docs/team.md)")
     g.add_argument("--clients", type=int, default=None, help="run the team storm with this many clients")
     g.add_argument("--engine", default=None, metavar="tiny|FILE.gguf",
-                   help="start llama-cpp-python's server on 127.0.0.1 with this GGUF (tiny: the tiny test model) "
-                        "and point --model at it")
+                   help="start an engine on 127.0.0.1 with this GGUF (tiny: the tiny test model) and point --model at it")
+    g.add_argument("--server", default="llama-cpp-python", choices=["llama-cpp-python", "llama-server"],
+                   help="which engine --engine starts: llama-cpp-python's server (default) or llama.cpp's own "
+                        "llama-server (the xllamacpp wheel), each in its own process")
     g.add_argument("--remote", default=None, metavar="JSON", help="the clients' `remote` setting (headers, TLS)")
     g.add_argument("--kill-engine-at", type=float, default=None, metavar="F",
                    help="kill the --engine once client 0 typed this fraction of its keys, then restart it")
@@ -373,15 +376,16 @@ def main(argv=None) -> int:
     if a.clients is not None or a.engine is not None:
         import tempfile
 
-        from ditto_bench.engines import LlamaCppServer, tiny_text_gguf
+        from ditto_bench.engines import LlamaCppServer, LlamaServer, tiny_text_gguf
 
         engine = None
         with tempfile.TemporaryDirectory(prefix="ditto-team-storm-") as tmp:
             model = a.model
             if a.engine is not None:
                 gguf = tiny_text_gguf(Path(tmp) / "tiny.gguf") if a.engine == "tiny" else Path(a.engine)
-                engine = LlamaCppServer(gguf, log_dir=tmp, n_ctx=4096)
-                say(f"starting llama_cpp.server on {engine.url} with {gguf.name}")
+                kind = LlamaServer if a.server == "llama-server" else LlamaCppServer
+                engine = kind(gguf, log_dir=tmp, n_ctx=4096)
+                say(f"starting {engine.name} on {engine.url} with {gguf.name}")
                 engine.start()
                 model = engine.spec()
             elif a.kill_engine_at is not None:
@@ -393,6 +397,7 @@ def main(argv=None) -> int:
             finally:
                 if engine is not None:
                     engine.stop()
+            out["engine"] = engine.name if engine is not None else None
     else:
         out = storm(a.model, a.edits, a.docs, a.seed, a.max_tokens, a.warmup, log=say)
         out.pop("suggestions_at")
