@@ -1,0 +1,77 @@
+"""A snapshot of a long document hands the completer a window of it (lsp_server/lsp/documents.py,
+issue 26), and the prompts are still those of the whole text: the same token ids and the same
+lines-above window, through moves down the file, jumps and edits, including where the window's
+first line moves (the completer's prompt window is moved with it)."""
+
+from __future__ import annotations
+
+import random
+
+import pytest
+from lsprotocol import types
+from pygls.workspace import Workspace
+
+from lsp_server.completion.completer import Completer
+from lsp_server.lsp.documents import WINDOW_GRID, WindowText, buffer_name
+from lsp_server.lsp.server import DittoServer
+
+URI = "file:///tmp/ditto-window/long.py"
+
+
+@pytest.fixture(scope="module")
+def lm():
+    from lsp_server.backends.tiny import tiny_random
+
+    return tiny_random()
+
+
+def server_with(text: str) -> DittoServer:
+    server = DittoServer()
+    server.protocol._workspace = Workspace(None)
+    server.workspace.put_text_document(types.TextDocumentItem(uri=URI, language_id="python", version=1, text=text))
+    return server
+
+
+def long_doc(lines: int) -> str:
+    return "".join(f"def handler_{i}(value):\n    return value * {i} + offset_{i % 7}\n" for i in range(lines // 2))
+
+
+def test_prompts_through_a_window_are_the_whole_texts(lm):
+    text = long_doc(6000)
+    server = server_with(text)
+    windowed, whole = Completer(lm), Completer(lm)
+    name = buffer_name(URI)
+    rng = random.Random(0)
+    line = 100
+    firsts = set()
+    for step in range(160):
+        if step % 40 == 39:
+            line = rng.randrange(6000)  # a jump
+        else:
+            line = min(5990, line + rng.choice([1, 3, 17, 60]))  # moving down, across grid lines
+        col = rng.randrange(8)
+        snap = server.snapshot(URI, types.Position(line=line, character=col))
+        assert isinstance(snap.text, WindowText) and snap.line + snap.text.first_line == line
+        firsts.add(snap.text.first_line)
+        server._apply_dirty(windowed)  # the worker: moves the prompt window with the snapshot's
+        a = windowed.prompt_for(snap.text, snap.line, snap.col, name=name, cache_key=URI)
+        b = whole.prompt_for(text, line, snap.col, name=name, cache_key=URI)
+        assert a.ids == b.ids, (step, line)
+        assert a.start_line + snap.text.first_line == b.start_line
+    assert len(firsts) >= 3 and all(f % WINDOW_GRID == 0 for f in firsts)
+
+
+def test_a_short_document_is_its_own_window():
+    text = long_doc(400)
+    server = server_with(text)
+    snap = server.snapshot(URI, types.Position(line=200, character=3))
+    assert snap.text == text and snap.text.first_line == 0 and snap.line == 200
+
+
+def test_to_client_counts_lines_of_the_document():
+    text = long_doc(6000)
+    server = server_with(text)
+    snap = server.snapshot(URI, types.Position(line=5000, character=4))
+    pos = server.to_client(snap.text, snap.line, snap.col)
+    assert (pos.line, pos.character) == (5000, 4)
+    assert server.to_client("a\nbc", 1, 1) == types.Position(line=1, character=1)
