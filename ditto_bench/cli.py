@@ -47,6 +47,9 @@ def configure(p: argparse.ArgumentParser) -> None:
     p.add_argument("--no-idle-prefill", action="store_true",
                    help="session mode: no idle prefill where the user arrives (the server does it by default)")
     r = p.add_argument_group("editor replay (session mode, systems ditto* and llama-server)")
+    r.add_argument("--baseline", type=Path, default=None, metavar="DIR",
+                   help="the checkout whose server the ditto-base system runs (e.g. a git worktree of an older "
+                        "commit), at its own defaults")
     r.add_argument("--cores", default="0,1", metavar="A,B",
                    help="Ditto's core and llama-server's core (each server runs pinned there, one thread; default 0,1)")
     r.add_argument("--peer-followup", action="store_true",
@@ -363,7 +366,7 @@ def _replay(args, sessions: list, systems: list[str], t_run: float):
     log_dir.mkdir(parents=True, exist_ok=True)
     options = ReplayOptions(model=args.model, backend=args.backend, cores=cores, pause_scale=args.pause_scale,
                             followup=args.peer_followup, answer_timeout_s=args.answer_timeout or ANSWER_TIMEOUT_S,
-                            log_dir=log_dir)
+                            log_dir=log_dir, baseline=args.baseline)
     meta = {"systems": {}, "cores": {"ditto": cores[0], "llama-server": cores[1]}, "threads": 1,
             "pause_scale": args.pause_scale,
             "pauses_s": {"rest": REST_S, "line": LINE_PAUSE_S, "cursor_notice": CURSOR_NOTICE_S, "idle_wait": IDLE_WAIT_S},

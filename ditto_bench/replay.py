@@ -213,6 +213,13 @@ def pinned(core: int | None):
         os.sched_setaffinity(0, before)
 
 
+def _commit(directory: str) -> str | None:
+    import subprocess
+
+    out = subprocess.run(["git", "-C", directory, "rev-parse", "HEAD"], capture_output=True, text=True)
+    return out.stdout.strip() or None
+
+
 def _utf16(text: str) -> int:
     return len(text.encode("utf-16-le")) // 2
 
@@ -229,6 +236,7 @@ class ReplayOptions:
     log_dir: Path | None = None  # the servers' stderr
     peer_ctx: int = 32768
     peer_gguf: str | None = None  # default: the GGUF of `model`
+    baseline: Path | None = None  # a checkout whose server `ditto-base` runs (e.g. a git worktree of an older commit)
 
 
 class DittoDriver:
@@ -250,10 +258,16 @@ class DittoDriver:
         o = self.opts
         args = ["--model", o.model, "--backend", o.backend]
         env = {"OMP_NUM_THREADS": "1", "DITTO_LLAMA_THREADS": "1"}
+        cwd = None
+        if self.system == "ditto-base":
+            if o.baseline is None:
+                raise RuntimeError("ditto-base runs the server of another checkout: give --baseline DIR")
+            cwd = str(Path(o.baseline).resolve())  # `python -m lsp_server.cli` there imports that checkout's code
+            env["PYTHONPATH"] = cwd
         log = open(o.log_dir / f"{self.system}.log", "ab") if o.log_dir else None
         try:
             with pinned(o.cores[0]):
-                self.client = RawClient(args, env=env, stderr=log)
+                self.client = RawClient(args, env=env, stderr=log, cwd=cwd)
         finally:
             if log is not None:
                 log.close()
@@ -264,6 +278,7 @@ class DittoDriver:
         if end["params"]["value"].get("message") != "ready":
             raise RuntimeError(f"{self.system}: the model did not load: {st.get('model_error')}")
         self.info = {"system": self.system, "serve": ["ditto-lsp", "serve", *args], "initializationOptions": settings,
+                     **({"checkout": cwd, "commit": _commit(cwd)} if cwd else {}),
                      "core": o.cores[0], "threads": 1, "env": env, "pid": self.client.pid,
                      **{k: st.get(k) for k in ("model", "backend", "device", "dtype")}}
 

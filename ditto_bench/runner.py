@@ -76,7 +76,7 @@ class Bench:
                 else:
                     budget = len(generated_ids(ref.completion))
                     _, run = run_hf(self.lm, ref.prompt.ids, s, budget, self.lookup_tokens)
-                    from lsp_server.completion.context import finish
+                    from lsp_server.completion.stops import finish
 
                     run.text = finish(self.lm.decode(run.tokens), ref.prompt, self.completer.settings.multiline)
                 rec = {**base, "system": s, **run.as_dict(), "raw": self.lm.decode(run.tokens)}

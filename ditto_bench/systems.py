@@ -49,9 +49,10 @@ REPLAY_PEER = "llama-server"  # llama.cpp's own server, driven as llama.vim driv
 
 def replay_system(name: str) -> tuple[str, int | None] | None:
     """(base, context tokens) of an editor-replay system name, else None:
-    ``ditto``, ``ditto-nodraft``, either with ``@N`` (contextTokens N), and ``llama-server``."""
-    m = re.fullmatch(r"(ditto|ditto-nodraft|llama-server)(?:@(\d+))?", name)
-    if m is None or (m.group(1) == REPLAY_PEER and m.group(2)) or (m.group(2) and int(m.group(2)) < 64):
+    ``ditto``, ``ditto-nodraft``, either with ``@N`` (contextTokens N), ``ditto-base`` (the server of
+    another checkout, `--baseline DIR`, at its own defaults) and ``llama-server``."""
+    m = re.fullmatch(r"(ditto|ditto-nodraft|ditto-base|llama-server)(?:@(\d+))?", name)
+    if m is None or (m.group(1) in (REPLAY_PEER, "ditto-base") and m.group(2)) or (m.group(2) and int(m.group(2)) < 64):
         return None
     return m.group(1), int(m.group(2)) if m.group(2) else None
 
@@ -67,7 +68,8 @@ def parse_systems(spec: str, mode: str) -> list[str]:
             if n.removesuffix("-noreuse") not in KEYSTROKE_BASE:
                 raise ValueError(f"unknown {mode}-mode system {n!r}: use off, ngram, each optionally with -noreuse"
                                  + ("; or ditto, ditto-nodraft (optionally @N: a context budget of N tokens), "
-                                    "llama-server (real servers, replay.py)" if mode == "session" else ""))
+                                    "ditto-base (with --baseline DIR), llama-server (real servers, replay.py)"
+                                    if mode == "session" else ""))
         return list(dict.fromkeys(names))
     for n in names:
         if n not in COMPLETION_SYSTEMS and fixed_k(n) is None:

@@ -142,6 +142,16 @@ class Speculation:
         """T(n) in ms: the load level times the shape at n."""
         return self.level * self._shape(n)
 
+    PAYS = 0.9  # a draft length "can pay" when its pass costs less than this share of the same tokens one by one
+
+    def can_pay(self, k_max: int) -> bool:
+        """Whether any draft of 1..k_max tokens could pay at all: T(k + 1) < PAYS (k + 1) T(1),
+        the most even a draft accepted whole can buy. Where passes cost what their rows cost one
+        by one (llama.cpp's one-row verification on a CPU) none can, and the engine does not
+        consult the drafter (its lookup would cost time every step for nothing)."""
+        one = self._shape(1)
+        return any(self._shape(k + 1) < self.PAYS * (k + 1) * one for k in range(1, k_max + 1))
+
     def observe_pass(self, n: int, ms: float) -> None:
         """A target pass over n tokens took `ms`: move the level and the shape at n toward it."""
         self.plain_streak = self.plain_streak + 1 if n <= 1 else 0

@@ -61,6 +61,9 @@ class Settings:
     top_k: int = 0
     seed: int | None = None
     time_budget_s: float | None = 5.0  # stop decoding after this long (None = no limit)
+    # Answer with the first complete line, or after this long decoding, and generate the rest while the
+    # user pauses (completion/completer.py Place; None = answer when the whole suggestion is there).
+    first_answer_s: float | None = 1.0
     multiline: bool = True  # ghost text may span lines (until the current block ends)
     adaptive: bool = True  # choose each draft's length from measured pass costs; False = verify draft_max tokens
     idle_prefill: bool = True  # prefill the likely next prompt while the user pauses (the worker is otherwise idle)
@@ -87,7 +90,8 @@ class Settings:
 
         return DecodeOptions(max_new_tokens=self.max_tokens, temperature=self.temperature, top_p=self.top_p,
                              top_k=self.top_k, draft_max=self.draft_max, seed=self.seed,
-                             time_budget_s=self.time_budget_s, adaptive=self.adaptive)
+                             time_budget_s=self.time_budget_s, adaptive=self.adaptive,
+                             first_answer_s=self.first_answer_s)
 
     def completer_settings(self):
         """The Completer's share of these settings (built here only; imports torch, so not at module load)."""
@@ -177,6 +181,7 @@ class Settings:
             ("top_p", 0 < self.top_p <= 1, "in (0, 1]"),
             ("top_k", self.top_k >= 0, ">= 0"),
             ("time_budget_s", self.time_budget_s is None or self.time_budget_s > 0, "> 0 or null"),
+            ("first_answer_s", self.first_answer_s is None or self.first_answer_s >= 0, ">= 0 or null"),
             ("debug_step_delay_ms", 0 <= self.debug_step_delay_ms <= 10_000, "in [0, 10000]"),
             ("load_wait_s", 0 <= self.load_wait_s <= 86_400, "in [0, 86400]"),
             ("index_memory_mb", 1 <= self.index_memory_mb <= 1 << 20, "in [1, 1048576]"),
@@ -204,7 +209,7 @@ _TYPES = {
     "trust_remote_code": bool, "multiline": bool, "adaptive": bool, "idle_prefill": bool, "debug_hooks": bool,
     "debug_notify_steps": bool, "debug_documents": bool, "debug_fail_forward": bool,
     "max_tokens": int, "context_tokens": int, "draft_max": int, "top_k": int, "seed": (int, type(None)),
-    "temperature": float, "top_p": float, "time_budget_s": (float, type(None)), "debug_step_delay_ms": float,
+    "temperature": float, "top_p": float, "time_budget_s": (float, type(None)), "first_answer_s": (float, type(None)), "debug_step_delay_ms": float,
     "load_wait_s": float, "debug_load_delay_s": float, "index_memory_mb": int,
     "remote": dict,
 }

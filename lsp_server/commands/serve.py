@@ -33,6 +33,11 @@ def configure(p: argparse.ArgumentParser) -> None:
     srv = p.add_argument_group("server")
     srv.add_argument("--no-idle-prefill", action="store_true",
                      help="do not prefill the likely next prompt while the editor is idle (on by default)")
+    srv.add_argument("--first-answer", dest="first_answer_s", type=_seconds_or_none, default=Settings.first_answer_s,
+                     metavar="SECONDS|none",
+                     help="answer with the first complete line, or after this long decoding, and generate the rest "
+                          f"while the editor is idle (default {Settings.first_answer_s}; none = answer when the whole "
+                          "suggestion is there)")
     srv.add_argument("--index-memory-mb", type=int, default=Settings.index_memory_mb, metavar="MB",
                      help="memory for the drafter's index of the open buffers, all together; the least recently "
                           f"used beyond it are dropped and indexed again when visited (default {Settings.index_memory_mb})")
@@ -46,6 +51,15 @@ def configure(p: argparse.ArgumentParser) -> None:
     t.add_argument("--debug-load-delay", type=float, default=0.0, metavar="SECONDS",
                    help="with --debug-hooks: sleep this long before the model loads (the debug_load_delay_s setting; "
                         "editor tests make requests while the model loads)")
+
+
+def _seconds_or_none(text: str) -> float | None:
+    if text.strip().lower() in ("none", "null"):
+        return None
+    try:
+        return float(text)
+    except ValueError:
+        raise argparse.ArgumentTypeError(f"expected seconds or none, got {text!r}") from None
 
 
 def run(args) -> int:

@@ -26,47 +26,13 @@ from drafters import NGramDrafter
 from drafters.registry import DraftContext, make_drafter
 from lsp_server.backends.base import GeneratingModel, Generator
 from lsp_server.completion.buffers import HISTORY, open_buffers
-from lsp_server.completion.context import ContextBudget, Prompt, Window, build_prompt, finish, ghost_cut, split_at
+from lsp_server.completion.context import ContextBudget, Prompt, Window, build_prompt, split_at
+from lsp_server.completion.place import Place, Suggestion
 from lsp_server.decoding.engine import Engine
 from lsp_server.decoding.healing import Healing, VocabBytes
-from lsp_server.decoding.types import Completion, DecodeOptions, Generated, Stats
+from lsp_server.decoding.types import DecodeOptions, Generated, Stats
 
-_PARTIAL = "\ufffd"  # what decoding shows for the first bytes of a character not yet complete
 MAX_INDEXED_CHARS = 262144  # of one buffer, for the drafter: its head and tail (whole lines) past this
-
-
-@dataclass
-class Suggestion:
-    text: str  # the ghost text, after stop rules
-    raw: str  # everything the model produced
-    prompt: Prompt
-    completion: Completion
-    drafter: str
-    latency_ms: float
-    typethrough: bool = False  # served from the suggestion on screen, without the model
-    notice: str | None = None  # one line for the user (a remote engine failed), set once per problem
-
-    def summary(self, model: str) -> dict:
-        s = self.completion.stats
-        return {
-            "typethrough": self.typethrough,
-            "text": self.text,
-            "tokens": s.tokens,
-            "target_passes": s.target_passes,
-            "drafted": s.drafted,
-            "accepted": s.accepted,
-            "acceptance_rate": round(s.acceptance_rate, 4),
-            "tokens_per_pass": round(s.tokens_per_pass, 4),
-            "prefill_tokens": s.prefill_tokens,
-            "reused_tokens": s.reused_tokens,
-            "prompt_tokens": len(self.prompt.ids),
-            "prefill_ms": round(s.prefill_ms, 1),
-            "decode_ms": round(s.decode_ms, 1),
-            "latency_ms": round(self.latency_ms, 1),
-            "stop_reason": s.stop_reason,
-            "model": model,
-            "drafter": self.drafter,
-        }
 
 
 @dataclass
@@ -96,14 +62,14 @@ class EngineGenerator:
 
     def generate(self, prompt: Prompt, *, options: DecodeOptions, done: Callable[[str], bool], drafter=None,
                  cancel: threading.Event | None = None, cache_key: str | None = None,
-                 constraint: Healing | None = None) -> Generated:
+                 constraint: Healing | None = None, pause: Callable[[list[int]], bool] | None = None) -> Generated:
         decode = self.engine.lm.decode
 
         def stop(out: list[int]) -> int | None:
             return len(out) if done(decode(out)) else None
 
         completion = self.engine.generate(prompt.ids, drafter=drafter, options=options, stop=stop, cancel=cancel,
-                                          cache_key=cache_key, constraint=constraint)
+                                          cache_key=cache_key, constraint=constraint, pause=pause)
         return Generated(decode(completion.tokens), completion)
 
 
@@ -130,7 +96,8 @@ class Completer:
         # (drafters/ngram.py); a model without them drafts by ids only.
         self.ngram = NGramDrafter(token_text=lm.token_text, encode=lm.encode)
         self._buffers: dict[str, str] = {}
-        self._shown: dict[str, tuple[str, str, Suggestion]] = {}  # key -> (before, after, suggestion)
+        self._places: dict[str, Place] = {}  # key -> the last generation answered there (type-through, continuation)
+        self.continued = 0  # generations resumed after their deadline (idle work or a request)
         self._history: list[list[int]] = []  # accepted completions, oldest first
         self._draft_models: dict[str, object] = {}  # spec -> LoadedModel (loaded once)
         self._drafters: dict[tuple[str, str], object] = {}  # (drafter name, draft-model spec) -> drafter, built once
@@ -265,88 +232,111 @@ class Completer:
         The end of the typed text is healed (`prompt_for`): the model writes it again, under
         the healing constraint, and the suggestion is what it writes after it, so the
         suggestion starts after what the user typed.
+
+        With `options.first_answer_s` (greedy, a cache key) the answer comes as soon as the
+        suggestion's first line is complete, or that long into decoding, and the generation
+        pauses there (`Place`); `continue_place` finishes it (the server runs it while idle),
+        and a request whose text before the cursor is the old one plus the start of the
+        suggestion is served from it: at once when the rest is there, else by resuming the
+        paused generation, never by a new one. Deadline plus continuation give the tokens of
+        one uninterrupted generation (lsp_server/decoding/engine.py `resume`).
         """
         t0 = time.perf_counter()
         opts = options or DecodeOptions()
-        drafter_name = drafter or self.settings.drafter
         if cache_key is not None and self.settings.type_through:
-            hit = self._type_through(text, line, col, cache_key, opts)
+            hit = self._from_place(text, line, col, cache_key, opts, cancel)
             if hit is not None:
                 hit.latency_ms = (time.perf_counter() - t0) * 1000
                 return hit
+        drafter_name = drafter or self.settings.drafter
         d = self.drafter_for(drafter_name)
         if d is not None:
             d.set_options(opts)  # a model drafter samples its drafts as the target samples
         _, typed, after, _ = split_at(text, line, col)
         prompt = self.prompt_for(text, line, col, name=name, cache_key=cache_key, others=others)
-        heal = prompt.healed
         shown_prompt = replace(prompt, typed=typed, after=after)
-        multiline = self.settings.multiline
-        constraint = None
-        if heal and self.generator.constrains:
-            constraint = Healing(self.vocab_bytes(), heal.encode("utf-8"))
-
-        def relative(generated: str) -> str | None:
-            """The generated text from the real cursor on; None while it is still inside the healed text,
-            "" when the model wrote something else than the healed word (nothing to show)."""
-            if generated.startswith(heal):
-                return generated[len(heal) :]
-            written = generated.rstrip(_PARTIAL)  # a multi-byte character still being written
-            if heal.startswith(written):
-                return None
-            if heal.strip(" \t"):
-                return ""
-            return generated.lstrip(" \t")  # the model chose other blanks: keep its code, not its blanks
-
-        def done(generated: str) -> bool:
-            """Whether the ghost-text stop rules have ended the suggestion in `generated`."""
-            rel = relative(generated)
-            if rel == "" and not generated.startswith(heal):
-                return True  # it did not write the typed word (an unconstrained engine): stop
-            return rel is not None and ghost_cut(rel, shown_prompt, multiline) is not None
-
-        gen = self.generator.generate(prompt, options=opts, done=done, drafter=d, cancel=cancel, cache_key=cache_key,
-                                      constraint=constraint)
-        raw, completion = gen.text, gen.completion
-        shown = finish(relative(raw) or "", shown_prompt, multiline)
-        if completion.stats.stop_reason in ("time", "interrupted") and "\n" in shown:
-            shown = shown[: shown.rfind("\n")]  # cut short: show the complete lines only
-        label = drafter_name if d is not None else ("none" if self.generator.drafts else "remote")
-        sug = Suggestion(shown, raw, shown_prompt, completion, label, (time.perf_counter() - t0) * 1000,
-                         notice=gen.notice)
+        heal = prompt.healed
+        constraint = Healing(self.vocab_bytes(), heal.encode("utf-8")) if heal and self.generator.constrains else None
+        before, after_cursor = _cut(text, line, col)
+        place = Place(before, after_cursor, shown_prompt, heal, self.settings.multiline,
+                      drafter_name if d is not None else ("none" if self.generator.drafts else "remote"), self.lm.decode)
+        deadline = (opts.first_answer_s is not None and opts.greedy and cache_key is not None
+                    and self.engine is not None)
+        gen = self.generator.generate(prompt, options=opts, done=place.done, drafter=d, cancel=cancel,
+                                      cache_key=cache_key, constraint=constraint,
+                                      **({"pause": place.pause_rule(0, opts.first_answer_s)} if deadline else {}))
+        place.update(gen.text, gen.completion)
+        sug = place.answer(0, (time.perf_counter() - t0) * 1000, notice=gen.notice)
         if cache_key is not None:
-            self._remember_shown(cache_key, text, line, col, sug)
+            self._keep_place(cache_key, place)
         return sug
 
-    # -- type-through -----------------------------------------------------------------------
-    def _remember_shown(self, key: str, text: str, line: int, col: int, sug: Suggestion) -> None:
-        """Keep what is on screen, keyed by the exact text before and after the cursor."""
-        self._shown.pop(key, None)
-        if sug.text and sug.completion.stats.stop_reason not in ("cancelled", "error"):
-            before, after = _cut(text, line, col)
-            self._shown[key] = (before, after, sug)
-            while len(self._shown) > 64:
-                self._shown.pop(next(iter(self._shown)))
+    # -- places: one generation answered in pieces (a deadline, its continuation, type-through) ------
+    def _keep_place(self, key: str, place: "Place") -> None:
+        self._places.pop(key, None)
+        if place.text and place.completion.stats.stop_reason not in ("cancelled", "error"):
+            self._places[key] = place
+            while len(self._places) > 64:
+                self._places.pop(next(iter(self._places)))
 
-    def _type_through(self, text: str, line: int, col: int, key: str, opts: DecodeOptions) -> Suggestion | None:
-        """The rest of the shown suggestion when the user typed its beginning, else None.
+    def pending(self, key: str) -> bool:
+        """Whether the generation answered for `key` paused at its deadline and can be finished."""
+        place = self._places.get(key)
+        return place is not None and not place.finished and self.engine is not None and self.engine.paused(key)
+
+    def place_fits(self, key: str, text: str, line: int, col: int) -> bool:
+        """Whether the suggestion at `key` could serve a request at (line, col) of `text` (the text
+        after the cursor unchanged, the text typed since is the suggestion's start)."""
+        place = self._places.get(key)
+        if place is None:
+            return False
+        before, after = _cut(text, line, col)
+        return after == place.after and before.startswith(place.before) and \
+            place.text.startswith(before[len(place.before):])
+
+    def continue_place(self, key: str, cancel: threading.Event | None = None) -> bool:
+        """Finish the paused generation of `key` (idle work); True when it ran. Cancelled, it stays
+        paused: a later call or the next request there goes on from where it stopped."""
+        if not self.pending(key):
+            return False
+        place = self._places[key]
+        completion = self.engine.resume(key, cancel=cancel)
+        if completion is None:
+            return False
+        place.update(self.lm.decode(completion.tokens), completion)
+        self.continued += 1
+        return True
+
+    def _from_place(self, text: str, line: int, col: int, key: str, opts: DecodeOptions,
+                    cancel: threading.Event | None) -> Suggestion | None:
+        """The rest of the suggestion at `key` when the user typed its beginning, else None.
 
         Served only when the text after the cursor is unchanged and the text before it is
         the old text plus the typed characters, so a suggestion is never served for other
         surrounding text. A sampled suggestion is not re-served (a new request must draw).
-        """
-        entry = self._shown.get(key)
-        if entry is None or not opts.greedy:
+        When the rest is not generated yet the paused generation resumes to the next
+        complete line (the deadline applies again)."""
+        place = self._places.get(key)
+        if place is None or not opts.greedy:
             return None
-        old_before, old_after, old = entry
         before, after = _cut(text, line, col)
-        if after != old_after or len(before) <= len(old_before) or not before.startswith(old_before):
+        if after != place.after or len(before) <= len(place.before) or not before.startswith(place.before):
             return None
-        typed = before[len(old_before) :]
-        if not old.text.startswith(typed) or len(typed) >= len(old.text):
+        typed = before[len(place.before) :]
+        if not place.text.startswith(typed):
             return None
-        empty = Completion([], Stats(stop_reason="typethrough"), [])
-        return Suggestion(old.text[len(typed) :], old.raw, old.prompt, empty, old.drafter, 0.0, typethrough=True)
+        if len(typed) >= len(place.text) or not place.complete_after(len(typed)):
+            if not self.pending(key):
+                return None if len(typed) >= len(place.text) else place.answer(len(typed), 0.0, typethrough=True)
+            completion = self.engine.resume(key, cancel=cancel, pause=place.pause_rule(len(typed), opts.first_answer_s))
+            if completion is None:
+                return None
+            place.update(self.lm.decode(completion.tokens), completion)
+            self.continued += 1
+            if not place.text.startswith(typed) or len(typed) >= len(place.text):
+                return None
+            return place.answer(len(typed), 0.0, resumed=True)
+        return place.answer(len(typed), 0.0, typethrough=True)
 
 
 def _cut(text: str, line: int, col: int) -> tuple[str, str]:

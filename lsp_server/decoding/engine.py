@@ -47,9 +47,32 @@ from lsp_server.decoding.types import Cancelled, Completion, DecodeOptions, Roun
 
 
 @dataclass
+class _Loop:
+    """A decode loop's state between passes: what `resume` needs to go on exactly where it paused."""
+
+    seq: list[int]  # prompt + generated tokens; the cache holds all but the last
+    out: list[int]  # generated tokens
+    stats: Stats
+    rounds: list[Round]
+    opts: DecodeOptions
+    drafter: Drafter | None
+    stop: StopRule | None
+    gen: torch.Generator | None  # the sampling generator: its stream goes on where it stopped
+    on_round: Callable | None
+    spec: Speculation | None
+    scorer: object | None
+    constraint: Healing | None
+    rest: bytes | None  # healed bytes still to write
+    start: int  # the cache held seq[:start] when decoding began (a near-tie replays from there)
+    plain_until: int = 0
+    decoded_s: float = 0.0  # decoding time spent so far (the time budget counts it, not pauses)
+
+
+@dataclass
 class _KV:
     ids: list[int]  # the tokens the cache holds, in order
     cache: object
+    loop: _Loop | None = None  # a generation paused on this cache, resumable until the cache is taken
 
 
 class Engine:
@@ -96,8 +119,15 @@ class Engine:
 
     def _take_state(self, key: str | None) -> _KV:
         if key is not None and key in self._kv:
-            return self._kv.pop(key)
+            state = self._kv.pop(key)
+            state.loop = None  # another prompt will use this cache: a paused generation cannot resume
+            return state
         return _KV([], self.lm.new_cache())
+
+    def paused(self, key: str) -> bool:
+        """Whether a generation paused (or was cancelled) on `key`'s cache and can `resume`."""
+        state = self._kv.get(key)
+        return state is not None and state.loop is not None
 
     def _put_state(self, key: str | None, state: _KV) -> None:
         if key is None or self.max_cached_docs <= 0:
@@ -246,6 +276,7 @@ class Engine:
         cache_key: str | None = None,
         on_round: Callable[[Round, list[int]], None] | None = None,
         constraint: Healing | None = None,
+        pause: Callable[[list[int]], bool] | None = None,
     ) -> Completion:
         """Decode a continuation of `prompt` (token ids, at least one).
 
@@ -253,6 +284,12 @@ class Engine:
         `cancel` event ends the loop at the next step with stop_reason "cancelled".
         `constraint`: token healing (lsp_server/decoding/healing.py), applied to every row
         of every pass while it lasts, drafting on or off.
+
+        `pause(out)` (checked after every pass, with `stop`) ends the call with stop_reason
+        "paused" but not the generation: with a `cache_key`, `resume(cache_key)` goes on
+        from the same cache, loop state and sampling stream, so a generation paused at a
+        deadline and resumed gives the tokens one uninterrupted call gives. A cancelled one
+        can be resumed the same way. Any other use of that key's cache ends the chance.
         """
         opts = options or DecodeOptions()
         if not prompt:
@@ -278,11 +315,10 @@ class Engine:
                 # Learning (pass costs, acceptance) only where the policy chooses: not for a fixed k.
                 spec = self.speculation if opts.adaptive else None
                 scorer = spec.scorer(drafter.name) if spec is not None and drafter is not None else None
+                loop = _Loop(seq, out, stats, rounds, opts, drafter, stop, gen, on_round, spec, scorer, constraint,
+                             constraint.start() if constraint is not None else None, len(seq) - 1)
                 if not stats.stop_reason:
-                    stats.stop_reason = self._decode(state, seq, out, stats, rounds, opts, drafter, stop, cancel, gen,
-                                                     time.perf_counter(), on_round, spec, scorer, constraint)
-                if scorer is not None:
-                    scorer.settle(seq, final=True)
+                    self._run(state, loop, cancel, pause)
             except BaseException:
                 # A failed pass may leave the cache half-written: never reuse it.
                 self.lm.release(state.cache)
@@ -295,22 +331,65 @@ class Engine:
         stats.tokens = len(out)
         stats.wall_ms = (time.perf_counter() - t0) * 1000
         stats.decode_ms = stats.wall_ms - stats.prefill_ms
-        return Completion(out, stats, rounds)
+        return Completion(list(out), stats, rounds)
 
-    def _decode(self, state, seq, out, stats, rounds, opts, drafter, stop, cancel, gen, t_decode, on_round,
-                spec=None, scorer=None, constraint=None) -> str:
+    def resume(self, cache_key: str, *, pause: Callable[[list[int]], bool] | None = None,
+               cancel: threading.Event | None = None) -> Completion | None:
+        """Go on with the generation paused (or cancelled) on `cache_key`; None when there is none.
+
+        Returns the whole completion so far (every token since the prompt, statistics summed
+        over the calls), with stop_reason "paused" again if `pause` says so."""
+        t0 = time.perf_counter()
+        with self._lock:
+            state = self._kv.get(cache_key)
+            if state is None or state.loop is None:
+                return None
+            del self._kv[cache_key]
+            loop, state.loop = state.loop, None
+            self.active = state
+            try:
+                loop.stats.stop_reason = ""
+                self._run(state, loop, cancel, pause)
+            except BaseException:
+                self.lm.release(state.cache)
+                state = _KV([], self.lm.new_cache())
+                raise
+            finally:
+                self.active = None
+                if len(state.ids) and state.cache is not None:
+                    self._put_state(cache_key, state)
+        stats = loop.stats
+        stats.tokens = len(loop.out)
+        spent = (time.perf_counter() - t0) * 1000
+        stats.wall_ms += spent
+        stats.decode_ms += spent
+        return Completion(list(loop.out), stats, loop.rounds)
+
+    def _run(self, state: _KV, loop: _Loop, cancel, pause) -> None:
+        """Decode until the loop ends or pauses; a paused or cancelled loop stays on `state` to resume."""
+        t = time.perf_counter()
+        loop.stats.stop_reason = self._decode(state, loop, cancel, pause, t - loop.decoded_s)
+        loop.decoded_s += time.perf_counter() - t
+        if loop.stats.stop_reason in ("paused", "cancelled"):
+            state.loop = loop
+        elif loop.scorer is not None:
+            loop.scorer.settle(loop.seq, final=True)
+
+    def _decode(self, state: _KV, loop: _Loop, cancel, pause, t_decode: float) -> str:
         """The propose/verify loop. `spec` (the policy, when adaptive) chooses how much of each
         proposal to verify and learns from every timed pass; `scorer` scores offered drafts.
-        `t_decode`: when decoding began (the time budget counts from it, not from prefill)."""
+        `t_decode`: when decoding began (the time budget counts from it, not from prefill or pauses)."""
+        seq, out, stats, rounds, opts = loop.seq, loop.out, loop.stats, loop.rounds, loop.opts
+        drafter, stop, gen, on_round, spec, scorer = loop.drafter, loop.stop, loop.gen, loop.on_round, loop.spec, \
+            loop.scorer
+        constraint, start = loop.constraint, loop.start
         stop_ids = self.lm.stop_ids
         # A backend whose multi-row passes are not batch-invariant but close (torch float32 on a
         # CPU) names the logit margin below which a verify pass may decide otherwise than plain
         # decoding; such a round is undone (docs/backends.md, "Near-ties").
         tie = self.lm.tie_margin if opts.greedy else None
-        start = len(seq) - 1  # the cache held seq[:start] (the prompt but its last token) on entry
-        plain_until = 0
-        rest = constraint.start() if constraint is not None else None  # healed bytes still to write
         while True:
+            plain_until, rest = loop.plain_until, loop.rest
             if len(out) >= opts.max_new_tokens:
                 return "length"
             if cancel is not None and cancel.is_set():
@@ -321,6 +400,8 @@ class Engine:
             k = min(opts.draft_max, opts.max_new_tokens - len(out) - 1)
             if len(seq) < plain_until:
                 k = 0  # past a near-tie one token per pass, as plain decoding
+            if spec is not None and k > 0 and not spec.can_pay(k):
+                k = 0  # no draft length could pay on these pass costs: the drafter is not consulted
             proposal = self.propose(drafter, seq, k)
             offered = len(proposal.tokens)
             if scorer is not None:
@@ -353,7 +434,7 @@ class Engine:
                         state.ids.append(tid)
                     stats.tie_passes += 1 + len(seq) - 1 - start
                     stats.tie_replays += 1
-                    plain_until = len(seq) + int(close[0]) + 1
+                    loop.plain_until = len(seq) + int(close[0]) + 1
                     continue
             if spec is not None and proposal.paid and draft:
                 spec.observe(proposal, len(draft), n_acc, drafter.name)
@@ -380,7 +461,7 @@ class Engine:
             rounds.append(rnd)
             new = [*draft[:n_acc], token]
             if rest is not None:
-                rest = constraint.advance(rest, new)
+                loop.rest = constraint.advance(rest, new)
             seq.extend(new)
             if scorer is not None:
                 scorer.settle(seq)
@@ -397,3 +478,5 @@ class Engine:
                 if keep is not None:
                     del out[keep:]
                     return "stop-rule"
+            if pause is not None and pause(out):
+                return "paused"

@@ -28,6 +28,9 @@ class DecodeOptions:
     time_budget_s: float | None = None
     prefill_chunk: int = 512  # tokens per prefill pass; cancellation is checked between chunks
     adaptive: bool = True  # choose each draft's length from measured pass costs (needs Engine.calibrate)
+    # Answer as soon as the suggestion's first line is complete, or this long into decoding, and
+    # finish the rest later (lsp_server/completion/completer.py `Place`); None: answer at the end.
+    first_answer_s: float | None = None
 
     @property
     def greedy(self) -> bool:

@@ -184,12 +184,14 @@ class DocumentsMixin:
             log.info("position %s:%d is past the end (%d lines)", uri, position.line, count)
             return None
         line = lines.line(position.line).removesuffix("\r")
-        codec = self.workspace.position_codec
-        units = codec.client_num_units(line)
         # LSP: a character past the end of the line means the end of the line.
-        char = min(position.character, units)
+        if line.isascii():  # one unit a character in every encoding (pygls's codec walks the line)
+            char = col = min(position.character, len(line))
+        else:
+            codec = self.workspace.position_codec
+            char = min(position.character, codec.client_num_units(line))
+            col = codec.position_from_client_units([line], types.Position(line=0, character=char)).character
         clamped = types.Position(line=position.line, character=char)
-        col = codec.position_from_client_units([line], types.Position(line=0, character=char)).character
         first, text = self._window(lines, position.line)
         with self._docs.lock:
             self._docs.visits.add(uri)

@@ -1,8 +1,17 @@
-"""Idle work: while the user pauses, prefill the prompt they are likely to ask for next (a mixin
-of DittoServer, lsp_server/lsp/server.py; docs/design.md, "Prompt layout and windows"); then index
-the open buffers for the drafter, a slice at a time (lsp_server/lsp/documents.py
-`index_while_idle`; a request waits for at most one slice). One idle job does both, so that
-neither replaces the other in the scheduler's one idle slot.
+"""Idle work: while the user pauses, the worker does first what the next request needs (a mixin of
+DittoServer, lsp_server/lsp/server.py; docs/design.md, "Prompt layout and windows").
+
+In order:
+1. finish the suggestion answered at its deadline (lsp_server/completion/completer.py `Place`),
+   while the document still fits it (what was typed since is the start of the suggestion):
+   the next request there is then served from it at once;
+2. prefill the prompt of the place the user is at (the newest aim), so the next request there
+   prefills nothing.
+3. index the open buffers for the drafter, a slice at a time (lsp_server/lsp/documents.py
+   `index_while_idle`; a request waits for at most one slice).
+
+Every request stops idle work after one model pass or prefill chunk and goes on from what it
+did; `ditto/stats` counts the runs and the requests each served.
 """
 
 from __future__ import annotations
@@ -15,8 +24,7 @@ from lsp_server.lsp.documents import Snapshot, buffer_name, model_text
 
 
 class IdleMixin:
-    # -- idle prefill -------------------------------------------------------------------------
-    IDLE_CHUNK = 32  # tokens per idle prefill pass: a request waits at most one such pass (~0.5 s on one CPU core)
+    IDLE_CHUNK = 32  # tokens per idle prefill pass: a request waits at most one such pass (~0.35 s on one CPU core)
 
     def aim(self, uri: str, position: types.Position) -> None:
         """Prefill, while the worker is idle, the prompt of a request at `position` of `uri`.
@@ -26,32 +34,54 @@ class IdleMixin:
         plugins. The newest aim replaces the older one; a request stops it after one chunk
         and continues from what it prefilled (docs/design.md, "Prompt layout and windows").
         """
-        if self.model_state != "ready" or self.completer is None or not self.settings.idle_prefill:
+        if self.model_state != "ready" or self.completer is None:
             return
         snap = self.snapshot(uri, position)
         if snap is None:
             return
-        self.__dict__["_aimed"] = snap
+        self._aim = snap
+        self._schedule_idle()
+
+    def continue_later(self, uri: str) -> None:
+        """The suggestion answered for `uri` paused at its deadline: finish it while idle."""
+        self._continue_uri = uri
         self._schedule_idle()
 
     def _schedule_idle(self) -> None:
         self.scheduler.idle(self._idle_work)
 
     def _idle_work(self, cancel: threading.Event) -> None:
-        snap = self.__dict__.pop("_aimed", None)
-        if snap is not None:
-            self._warm(snap, cancel)
+        completer = self.completer
+        if completer is None or completer.engine is None or cancel.is_set():
+            return  # (no engine: a remote one, which keeps its own prefix cache and generates on its own)
+        uri, aim = self._continue_uri, self._aim
+        if uri is not None and completer.pending(uri) and (aim is None or aim.uri != uri or self._fits(aim)):
+            self._idle_cancel, self._step_uri = cancel, uri
+            try:
+                ran = completer.continue_place(uri, cancel)
+            finally:
+                self._idle_cancel = self._step_uri = None
+            self.counters.idle_continuations += int(ran)
             if cancel.is_set():
-                self.__dict__.setdefault("_aimed", snap)  # stopped by a request: go on from there later
+                return  # a request came: it goes on from here
+        self._continue_uri = None
+        if aim is not None and self.settings.idle_prefill:
+            self._warm(aim, cancel)
         self.index_while_idle(cancel)
+
+    def _fits(self, snap: Snapshot) -> bool:
+        """Whether the suggestion being finished at `snap.uri` still fits the document there."""
+        return self.completer.place_fits(snap.uri, model_text(snap.text), snap.line, snap.col)
 
     def _warm(self, snap: Snapshot, cancel: threading.Event) -> None:
         completer = self.completer
         if completer is None or completer.engine is None or cancel.is_set():
-            return  # (no engine: a remote one, which keeps its own prefix cache)
+            return
         doc = self.document(snap.uri)
         if doc is None or doc.version != snap.version:
             return  # the document moved on; a newer aim follows
+        if completer.pending(snap.uri):
+            return  # prefilling here would end the paused generation (the request there resumes it)
         self._apply_dirty(completer)
         completer.settings = self.settings.completer_settings()
         self._idle_cancel, self._step_uri = cancel, snap.uri
@@ -64,5 +94,6 @@ class IdleMixin:
         c.idle_prefills += 1
         c.idle_prefill_tokens += st.prefill_tokens
         c.idle_prefills_stopped += int(st.stop_reason == "cancelled")
+        if self._aim is snap and st.stop_reason != "cancelled":
+            self._aim = None  # done: nothing more to warm until the next aim
         self._warmed[snap.uri] = True
-

@@ -73,7 +73,9 @@ class DittoServer(ErrorsMixin, StatsMixin, DocumentsMixin, IdleMixin, LifecycleM
         self._stale_in_request: tuple = (None, 0)  # (cancel event of a request, its stale passes)
         self._step_uri: str | None = None
         self._warmed: dict[str, bool] = {}  # uri -> an idle prefill ran since its last request
-        self._idle_cancel: threading.Event | None = None  # set while an idle prefill runs
+        self._idle_cancel: threading.Event | None = None  # set while idle work runs
+        self._aim = None  # Snapshot of where the user is: what idle prefill warms (lsp_server/lsp/idle.py)
+        self._continue_uri: str | None = None  # a suggestion answered at its deadline, to finish while idle
         self.loop: asyncio.AbstractEventLoop | None = None
         # Requests waiting for the model to load: uri -> future of the newest one, resolved
         # with the load's outcome ("ready" | "failed" | "stopped") or "superseded".

@@ -31,6 +31,10 @@ class Counters:
     idle_prefill_tokens: int = 0  # prompt tokens they prefilled
     idle_prefills_stopped: int = 0  # of which stopped early by a request or a newer aim (their chunks stay cached)
     idle_hits: int = 0  # requests whose prompt was at least 90% in the cache right after an idle prefill
+    idle_continuations: int = 0  # suggestions answered at their deadline and finished while idle
+    paused: int = 0  # requests answered at the deadline (first complete line), the rest generated later
+    served_by_continuation: int = 0  # requests answered with text generated after an earlier answer's deadline
+    resumed: int = 0  # of which the request resumed the paused generation itself (it was not finished yet)
     latencies_ms: deque = field(default_factory=lambda: deque(maxlen=1000))
 
 
@@ -63,6 +67,8 @@ class StatsMixin:
             "typethrough": c.typethrough,
             "idle_prefill": {"runs": c.idle_prefills, "tokens": c.idle_prefill_tokens,
                              "stopped": c.idle_prefills_stopped, "hits": c.idle_hits},
+            "deadline": {"answered_at_deadline": c.paused, "finished_while_idle": c.idle_continuations,
+                         "served_by_continuation": c.served_by_continuation, "resumed_by_request": c.resumed},
             "model": self.model_info.get("model") if self.model_state == "ready" else self.settings.model,
             "device": self.model_info.get("device") if self.model_state == "ready" else None,
             "dtype": self.model_info.get("dtype") if self.model_state == "ready" else None,

@@ -94,6 +94,11 @@ class SuggestMixin:
             return None
         c.completed += 1
         c.typethrough += int(sug.typethrough)
+        c.paused += int(sug.continuing and not sug.typethrough and not sug.resumed)
+        c.served_by_continuation += int(sug.from_continuation)
+        c.resumed += int(sug.resumed)
+        if sug.continuing:
+            self.continue_later(snap.uri)
         c.latencies_ms.append((time.perf_counter() - t0) * 1000)
         s = sug.completion.stats
         c.drafted += s.drafted

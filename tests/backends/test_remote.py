@@ -211,7 +211,7 @@ def no_end(engine) -> dict:
     every token with a line break and every token with a character no editor can insert banned, so
     neither end-of-text nor a ghost-text stop rule (they look at complete lines, and end the text
     before a control character: lsp_server/completion/context.py, `_uninsertable`) can end it."""
-    from lsp_server.completion.context import _uninsertable
+    from lsp_server.completion.stops import _uninsertable
     from lsp_server.backends.remote.tokenizers import GGUFTokenizer
 
     tok = GGUFTokenizer(engine.gguf)
@@ -251,9 +251,12 @@ def test_suggestions_equal_the_local_llama_cpp_backends(engine, env, monkeypatch
     class TextPrompt(EngineGenerator):
         """The local engine given what an engine gets, rendering what a stream renders: the prompt
         text tokenized whole, and each token's text in turn (llama.cpp's decode of a whole sequence
-        also turns " ." into "." for a vocabulary it reads as GPT-2's, as the tiny model's is)."""
+        also turns " ." into "." for a vocabulary it reads as GPT-2's, as the tiny model's is). Like a
+        remote engine it takes no healing mask (the prompt keeps the typed word; blanks are healed)."""
 
-        def generate(self, prompt, *, options, done, drafter=None, cancel=None, cache_key=None):
+        constrains = False
+
+        def generate(self, prompt, *, options, done, drafter=None, cancel=None, cache_key=None, **_unused):
             lm = self.engine.lm
 
             def text(ids):

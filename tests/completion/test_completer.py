@@ -1,6 +1,7 @@
 """The Completer: type-through and KV reuse across keystrokes, on the tiny model."""
 
 import copy
+from dataclasses import replace
 
 import pytest
 
@@ -115,7 +116,7 @@ def test_reuse_prefills_only_the_changed_tail_when_typing(lm):
 def test_time_budget_returns_whole_lines(lm):
     import time
 
-    from lsp_server.completion.context import _uninsertable
+    from lsp_server.completion.stops import _uninsertable
 
     # No end-of-text tokens, no token with a character no editor can insert (the ghost text
     # would end before it), and a cursor at column 0 of the last line (no block to end,
@@ -252,3 +253,63 @@ def test_the_completer_drafts_at_a_token_the_cursor_split(lm):
     assert out["ngram"].text == out["none"].text
     first = out["ngram"].completion.rounds[0]
     assert out["ngram"].prompt.healed and first.proposed
+
+
+# -- answering at a deadline, finishing later (issue 24) -------------------------------------------
+
+DEADLINE_DOCS = [
+    ("class Stack:\n    def push(self, item):\n        self.items.append(item)\n\n    def pop(self):\n        \n", 5, 8),
+    ("import os\n\n\ndef main(path):\n    data = os.listdir(path)\n    return sorted(d\n", 5, 19),
+    ("def area(width, height):\n    return wi\n", 1, 13),
+]
+
+
+@pytest.mark.parametrize("doc,line,col", DEADLINE_DOCS)
+@pytest.mark.parametrize("drafter", ["none", "ngram"])
+def test_an_answer_at_the_deadline_and_its_continuation_give_the_uninterrupted_suggestion(lm, doc, line, col,
+                                                                                         drafter):
+    """With first_answer_s = 0 the answer comes at the first whole word; continue_place (the
+    server's idle work) finishes it: the tokens and the text are those of one uninterrupted
+    generation, and every answer was a start of that text."""
+    opts = DecodeOptions(max_new_tokens=24, draft_max=4, adaptive=False)
+    ref = Completer(lm).complete(doc, line, col, options=opts, drafter=drafter, cache_key="a")
+    c = Completer(lm)
+    first = c.complete(doc, line, col, options=replace(opts, first_answer_s=0.0), drafter=drafter, cache_key="a")
+    assert ref.text.startswith(first.text)
+    runs = 0
+    while c.pending("a"):
+        assert first.continuing and c.continue_place("a")
+        runs += 1
+    place = c._places.get("a")
+    if place is not None:
+        assert place.completion.tokens == ref.completion.tokens and place.text == ref.text
+    assert first.completion.stats.prefill_tokens == len(first.prompt.ids) - 1 or runs == 0
+
+
+def test_a_request_that_typed_the_answer_resumes_the_paused_generation(lm):
+    doc, line, col = DEADLINE_DOCS[0]
+    opts = DecodeOptions(max_new_tokens=24, draft_max=0)
+    ref = Completer(lm).complete(doc, line, col, options=opts, cache_key="a")
+    c = Completer(lm)
+    first = c.complete(doc, line, col, options=replace(opts, first_answer_s=0.0), cache_key="a")
+    assert first.continuing and first.text and len(first.text) < len(ref.text)
+    typed = first.text  # the user accepts the first words (or types them)
+    lines = doc.split("\n")
+    lines[line] = lines[line][:col] + typed + lines[line][col:]
+    second = c.complete("\n".join(lines), line, col + len(typed), options=replace(opts, first_answer_s=0.0),
+                        cache_key="a")
+    assert second.resumed and second.completion.stats.prefill_tokens == first.completion.stats.prefill_tokens
+    assert ref.text[len(typed):].startswith(second.text) and second.text
+    while c.pending("a"):
+        c.continue_place("a")
+    assert c._places["a"].completion.tokens == ref.completion.tokens
+    assert c.continued >= 1
+
+
+def test_a_request_elsewhere_ends_the_paused_generation(lm):
+    doc, line, col = DEADLINE_DOCS[0]
+    c = Completer(lm)
+    first = c.complete(doc, line, col, options=DecodeOptions(max_new_tokens=24, first_answer_s=0.0), cache_key="a")
+    assert first.continuing and c.pending("a")
+    c.complete(doc, 1, 4, options=DecodeOptions(max_new_tokens=4), cache_key="a")  # another place, same document
+    assert not c.pending("a") and not c.continue_place("a")

@@ -3,7 +3,8 @@
 import pytest
 
 from lsp_server.completion.completer import Completer
-from lsp_server.completion.context import Prompt, build_prompt, finish, ghost_cut, split_at
+from lsp_server.completion.context import Prompt, build_prompt, split_at
+from lsp_server.completion.stops import finish, ghost_cut
 from lsp_server.decoding.types import DecodeOptions
 from lsp_server.backends.tiny import tiny_random
 
@@ -147,3 +148,23 @@ def test_ghost_text_ends_before_a_character_no_editor_can_insert():
     assert finish("s = '\ufffd", p) == "s = '"
     # The other stop rules still apply to what comes before the cut.
     assert finish("x = 1\ny = 2\x00", mk("    ")) == "x = 1"
+
+
+# -- well-formed suggestions (issue 25) ------------------------------------------------------------
+
+@pytest.mark.parametrize("text,typed,after,below,want", [
+    ("x = foo(a,\n    b)\ny = 1", "    ", "", "", "x = foo(a,\n    b)\ny = 1"),  # closed: kept whole
+    ("x = foo(a,\n    b,\n    c", "", "", "", "x = foo(a,"),  # never closed: back to the first line
+    ("a,\n    b", "foo(", "", "", "a,"),  # the user's bracket, left open by the suggestion
+    ("a,\n    b", "foo(", ")", "", "a,\n    b"),  # ... closed by the text after the cursor
+    ("a,\n    b", "foo(", "", "\n    c)\n", "a,\n    b"),  # ... or by the lines below
+    ("s = '''doc\nmore", "", "", "", "s = '''doc"),  # an unterminated string
+    ("d = {\n  'a': 1,\n}\nprint(d)", "", "", "", "d = {\n  'a': 1,\n}\nprint(d)"),
+    ("x = 1  # (comment\ny = 2", "", "", "", "x = 1  # (comment\ny = 2"),  # brackets in comments
+    ("\n    'c': 3,\n}\nx = 1", "    'b': 2,", "", "", "\n    'c': 3,\n}\nx = 1"),  # closes one from above
+    ("f(x", "", "", "", "f(x"),  # one line: kept (the user is mid-expression)
+])
+def test_a_multiline_suggestion_never_ends_inside_what_it_left_open(text, typed, after, below, want):
+    from lsp_server.completion.stops import well_formed
+
+    assert well_formed(text, Prompt([], "", typed, after, below)) == want

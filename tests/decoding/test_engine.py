@@ -367,3 +367,54 @@ def test_calibrate_measures_monotone_costs(lm):
     assert engine.speculation is policy and policy.costs_ms == {1: 5.0, 2: 6.0}
     # The calibration pass leaves no cached sequence behind.
     assert engine.cached_keys() == []
+
+
+# -- pausing at a deadline and resuming (issue 24) ---------------------------------------------
+
+@pytest.mark.parametrize("seed", range(3))
+def test_a_generation_paused_and_resumed_gives_the_uninterrupted_tokens(lm, seed):
+    """Paused after every few tokens (a deadline) and resumed, with and without drafting, greedy:
+    the tokens are those of one uninterrupted call; the cache is never prefilled again."""
+    rng = random.Random(seed)
+    prompt = random_prompt(rng, lm)
+    ref = Engine(lm).generate(prompt, options=DecodeOptions(max_new_tokens=20, draft_max=0))
+    for drafter in drafters_for(lm, prompt, ref.tokens, rng):
+        engine = Engine(lm)
+        every = rng.randrange(1, 5)
+        pause = lambda out, n=[0]: (len(out) >= n[0] + every) and not n.__setitem__(0, len(out))  # noqa: E731
+        out = engine.generate(prompt, drafter=drafter, cache_key="doc", pause=pause,
+                              options=DecodeOptions(max_new_tokens=20, draft_max=4, adaptive=False))
+        calls = 1
+        while out.stats.stop_reason == "paused":
+            assert engine.paused("doc")
+            out = engine.resume("doc", pause=pause)
+            calls += 1
+        assert out.tokens == ref.tokens, drafter.name
+        assert out.stats.prefill_tokens == len(prompt) - 1 and calls > 1
+        assert not engine.paused("doc") and engine.resume("doc") is None
+
+
+def test_sampling_resumed_continues_the_same_random_stream(lm):
+    prompt = random_prompt(random.Random(5), lm)
+    opts = DecodeOptions(max_new_tokens=16, temperature=1.0, draft_max=0, seed=11)
+    ref = Engine(lm).generate(prompt, options=opts)
+    engine = Engine(lm)
+    out = engine.generate(prompt, options=opts, cache_key="d", pause=lambda o: len(o) == 5)
+    assert out.stats.stop_reason == "paused" and out.tokens == ref.tokens[:5]
+    assert engine.resume("d").tokens == ref.tokens
+
+
+def test_a_cancelled_generation_resumes_and_another_prompt_ends_the_chance(lm):
+    prompt = random_prompt(random.Random(6), lm)
+    ref = Engine(lm).generate(prompt, options=DecodeOptions(max_new_tokens=12, draft_max=0))
+    engine = Engine(lm)
+    cancel = threading.Event()
+    out = engine.generate(prompt, options=DecodeOptions(max_new_tokens=12, draft_max=0), cache_key="d",
+                          stop=lambda o: cancel.set() if len(o) == 4 else None, cancel=cancel)
+    assert out.stats.stop_reason == "cancelled" and engine.paused("d")
+    assert engine.resume("d").tokens == ref.tokens
+    engine.generate(prompt, options=DecodeOptions(max_new_tokens=3, draft_max=0), cache_key="d",
+                    pause=lambda o: True)
+    assert engine.paused("d")
+    engine.warm(prompt + [7, 8], "d")  # the cache is taken for another prompt
+    assert not engine.paused("d") and engine.resume("d") is None

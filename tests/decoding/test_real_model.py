@@ -157,3 +157,43 @@ def test_sampling_with_ngram_drafts_has_the_models_distribution(lm, case):
         drafted += out.stats.drafted
     assert drafted > 0  # drafts were verified by the sampling rule
     assert chi_square_pvalue(counts, dist, n) > 1e-3, (counts, dist)
+
+
+def _mid_word_positions(count: int = 2):
+    """(name, text, line, col): the cursor after the first two letters of a line's first word."""
+    out = []
+    for name in FILES[:count]:
+        text = (ROOT / name).read_text()
+        lines = text.split("\n")
+        i = len(lines) // 3
+        while not (lines[i].strip()[:3].isalpha() and len(lines[i].strip()) > 12):
+            i += 1
+        out.append((name, text, i, len(lines[i]) - len(lines[i].lstrip()) + 2))
+    return out
+
+
+@pytest.mark.parametrize("where", range(2))
+def test_healed_prompts_speculative_equals_plain_and_typing_keeps_the_prompt(lm, where):
+    """Token healing on the default model (lsp_server/decoding/healing.py): with the line cut inside
+    a word the prompt ends before the word, the model writes it under the mask, n-gram speculation
+    gives drafting off's tokens, and typing one more letter of the word leaves the prompt as it was."""
+    from lsp_server.decoding.healing import Healing, VocabBytes
+
+    name, text, line, col = _mid_word_positions()[where]
+    lines = text.split("\n")
+    typed = lambda n: "\n".join(lines[:line] + [lines[line][:n]] + lines[line + 1:])  # noqa: E731
+    p = build_prompt(lm, typed(col), line, col, path=name, budget=SHORT, heal="token")
+    assert p.healed and lines[line][:col].endswith(p.healed.lstrip())
+    h = Healing(VocabBytes(lm.token_bytes()), p.healed.encode("utf-8"))
+    engine = Engine(lm)
+    engine.speculation = Speculation(COSTS)
+    ref = engine.generate(p.ids, options=DecodeOptions(max_new_tokens=NEW_TOKENS, draft_max=0), cache_key=name,
+                          constraint=h)
+    assert lm.decode(ref.tokens).startswith(p.healed)
+    ngram = NGramDrafter(token_text=lm.token_text, encode=lm.encode)
+    for opts in (DecodeOptions(max_new_tokens=NEW_TOKENS), DecodeOptions(max_new_tokens=NEW_TOKENS, draft_max=8,
+                                                                        adaptive=False)):
+        out = engine.generate(p.ids, drafter=ngram, options=opts, cache_key=name, constraint=h)
+        assert out.tokens == ref.tokens
+    assert lines[line][col].isalpha()  # the next letter of the same word
+    assert build_prompt(lm, typed(col + 1), line, col + 1, path=name, budget=SHORT, heal="token").ids == p.ids

@@ -209,3 +209,24 @@ def test_healed_matches_have_their_own_acceptance():
         spec.observe(exact, 6, 6, "ngram")
     assert spec.choose(healed, "ngram") == 0 and spec.choose(exact, "ngram") == 6
     assert set(spec.snapshot()["acceptance"]) == {"ngram/match>=4", "ngram+healed/match>=4"}
+
+
+def test_where_no_draft_length_can_pay_the_drafter_is_not_consulted():
+    """Pass costs that grow with their rows as one-by-one passes do (llama.cpp on a CPU): the engine
+    never asks the drafter; costs where a pass over several rows is cheap: it does (injected costs)."""
+    from lsp_server.backends.tiny import tiny_random
+    from lsp_server.decoding.engine import Engine
+    from lsp_server.decoding.types import DecodeOptions
+    from support.prompts import ListDrafter
+
+    assert not Speculation({1: 10.0, 2: 20.0, 5: 50.0, 9: 91.0}).can_pay(8)
+    assert Speculation({1: 10.0, 2: 13.0, 9: 40.0}).can_pay(8) and not Speculation({1: 10.0, 2: 13.0}).can_pay(0)
+    lm = tiny_random()
+    prompt = [7, 8, 9, 10, 7, 8, 9]
+    for costs, asked in (({1: 10.0, 2: 20.0, 9: 90.0}, False), ({1: 10.0, 2: 11.0, 9: 14.0}, True)):
+        engine = Engine(lm)
+        engine.use_costs(costs)
+        engine.speculation.learn = False  # injected costs stay put: nothing is timed
+        d = ListDrafter("d", lambda ctx, k: ctx[-k:])
+        engine.generate(prompt, drafter=d, options=DecodeOptions(max_new_tokens=8, draft_max=4))
+        assert (d.proposed > 0) == asked

@@ -43,6 +43,7 @@ export interface DittoSettings {
   seed: number | null;
   timeBudget: number | null;
   multiline: boolean;
+  firstAnswerS: number | null;
   loadWaitS: number;
   indexMemoryMb: number;
 }
@@ -74,6 +75,7 @@ export const DEFAULTS: DittoSettings = {
   seed: null,
   timeBudget: 5,
   multiline: true,
+  firstAnswerS: 1,
   loadWaitS: 120,
   indexMemoryMb: 64,
 };
@@ -99,6 +101,7 @@ export const SERVER_KEYS = [
   "seed",
   "timeBudget",
   "multiline",
+  "firstAnswerS",
   "loadWaitS",
   "indexMemoryMb",
 ] as const;
@@ -129,6 +132,7 @@ function bool(v: unknown, dflt: boolean): boolean {
 export function readSettings(get: Getter): DittoSettings {
   const args = get("serverArgs");
   const tb = get("timeBudget");
+  const fa = get("firstAnswerS");
   const drafter = get("drafter");
   const topP = get("topP");
   const seed = get("seed");
@@ -156,6 +160,7 @@ export function readSettings(get: Getter): DittoSettings {
     seed: typeof seed === "number" && Number.isInteger(seed) ? seed : DEFAULTS.seed,
     timeBudget: tb === null ? null : typeof tb === "number" && tb > 0 ? tb : DEFAULTS.timeBudget,
     multiline: bool(get("multiline"), DEFAULTS.multiline),
+    firstAnswerS: fa === null ? null : typeof fa === "number" && fa >= 0 ? fa : DEFAULTS.firstAnswerS,
     loadWaitS: num(get("loadWaitS"), DEFAULTS.loadWaitS, 0, false),
     indexMemoryMb: num(get("indexMemoryMb"), DEFAULTS.indexMemoryMb, 1, true),
   };

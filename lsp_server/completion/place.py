@@ -1,0 +1,171 @@
+"""A suggestion, and the generation it comes from (`Place`): one generation at one cursor position,
+answered in pieces (at a deadline, then from its continuation, then by type-through).
+
+Left out on purpose: prompts (context.py), the model and the engine (the Completer drives them;
+lsp_server/completion/completer.py).
+"""
+
+from __future__ import annotations
+
+import time
+from dataclasses import dataclass
+from typing import Callable
+
+from lsp_server.completion.context import Prompt
+from lsp_server.completion.stops import finish, ghost_cut
+from lsp_server.decoding.types import Completion, Stats
+
+_PARTIAL = "\ufffd"  # what decoding shows for the first bytes of a character not yet complete
+
+
+@dataclass
+class Suggestion:
+    text: str  # the ghost text, after stop rules
+    raw: str  # everything the model produced
+    prompt: Prompt
+    completion: Completion
+    drafter: str
+    latency_ms: float
+    typethrough: bool = False  # served from the suggestion on screen, without the model
+    notice: str | None = None  # one line for the user (a remote engine failed), set once per problem
+    continuing: bool = False  # answered at the deadline: the rest is still to be generated (Completer.continue_place)
+    from_continuation: bool = False  # its text was generated after an earlier answer's deadline
+    resumed: bool = False  # served by resuming the generation paused at this place (no new prompt)
+
+    def summary(self, model: str) -> dict:
+        s = self.completion.stats
+        return {
+            "typethrough": self.typethrough,
+            "text": self.text,
+            "tokens": s.tokens,
+            "target_passes": s.target_passes,
+            "drafted": s.drafted,
+            "accepted": s.accepted,
+            "acceptance_rate": round(s.acceptance_rate, 4),
+            "tokens_per_pass": round(s.tokens_per_pass, 4),
+            "prefill_tokens": s.prefill_tokens,
+            "reused_tokens": s.reused_tokens,
+            "prompt_tokens": len(self.prompt.ids),
+            "prefill_ms": round(s.prefill_ms, 1),
+            "decode_ms": round(s.decode_ms, 1),
+            "latency_ms": round(self.latency_ms, 1),
+            "stop_reason": s.stop_reason,
+            "model": model,
+            "drafter": self.drafter,
+        }
+
+
+
+class Place:
+    """One generation at one cursor position, and how its text becomes ghost text.
+
+    The model's text is read from the cursor of the request that started it (`relative`:
+    past the healed text) and cut by the ghost-text stop rules (`done`; `finish` once the
+    generation has ended); the answer to a request whose cursor is `offset` characters
+    further along is the suggestion from there, whole lines only (whole words while the
+    first line is still being written) until the generation is finished.
+    """
+
+    def __init__(self, before: str, after: str, prompt: Prompt, heal: str, multiline: bool, drafter: str,
+                 decode: Callable[[list[int]], str]):
+        self.before, self.after, self.prompt, self.heal, self.multiline = before, after, prompt, heal, multiline
+        self.drafter, self.decode = drafter, decode
+        self.raw = ""
+        self.text = ""  # the suggestion so far, from the original cursor
+        self.completion = Completion([], Stats(), [])
+        self.finished = False
+        self.first = 0  # characters of `text` the first answer covered: served beyond that = from the continuation
+
+    def relative(self, generated: str) -> str | None:
+        """The generated text from the real cursor on; None while it is still inside the healed text,
+        "" when the model wrote something else than the healed word (nothing to show)."""
+        heal = self.heal
+        if generated.startswith(heal):
+            return generated[len(heal) :]
+        written = generated.rstrip(_PARTIAL)  # a multi-byte character still being written
+        if heal.startswith(written):
+            return None
+        if heal.strip(" \t"):
+            return ""
+        return generated.lstrip(" \t")  # the model chose other blanks: keep its code, not its blanks
+
+    def done(self, generated: str) -> bool:
+        """Whether the ghost-text stop rules have ended the suggestion in `generated`."""
+        rel = self.relative(generated)
+        if rel == "" and not generated.startswith(self.heal):
+            return True  # it did not write the typed word (an unconstrained engine): stop
+        return rel is not None and ghost_cut(rel, self.prompt, self.multiline) is not None
+
+    def pause_rule(self, offset: int, first_answer_s: float | None) -> Callable[[list[int]], bool]:
+        """A pause(out) rule for the engine: the suggestion from `offset` on has a complete
+        non-blank first line, or decoding has run `first_answer_s` and it has some text. The time
+        counts from the first pass of decoding (not from the request: prefill is not decoding)."""
+        started: list[float] = []
+
+        def pause(out: list[int]) -> bool:
+            if not started:
+                started.append(time.perf_counter())
+            rel = self.relative(self.decode(out))
+            if rel is None:
+                return False
+            rest = rel[offset:].rstrip(_PARTIAL)  # not inside a character still being written
+            if _has_complete_line(rest):
+                return True
+            return first_answer_s is not None and time.perf_counter() - started[0] >= first_answer_s and \
+                bool(rest.strip())
+
+        return pause
+
+    def update(self, raw: str, completion: Completion) -> None:
+        self.raw, self.completion = raw, completion
+        reason = completion.stats.stop_reason
+        self.finished = reason not in ("paused", "cancelled")
+        rel = self.relative(raw) or ""
+        if self.finished:
+            text = finish(rel, self.prompt, self.multiline)
+            if reason in ("time", "interrupted") and "\n" in text:
+                text = text[: text.rfind("\n")]  # cut short: show the complete lines only
+        else:
+            cut = ghost_cut(rel, self.prompt, self.multiline)
+            text = rel if cut is None else rel[:cut]
+        self.text = text
+
+    def complete_after(self, offset: int) -> bool:
+        """Whether the suggestion from `offset` on has a complete line to show (or is all there)."""
+        return self.finished or _has_complete_line(self.text[offset:])
+
+    def answer(self, offset: int, latency_ms: float, *, notice: str | None = None, typethrough: bool = False,
+               resumed: bool = False) -> Suggestion:
+        """The ghost text for a cursor `offset` characters past the original one."""
+        shown = self.text[offset:]
+        if not self.finished:
+            shown = shown.rstrip(_PARTIAL)
+            shown = shown[: shown.rfind("\n")] if _has_complete_line(shown) else _whole_words(shown)
+            shown = shown.rstrip()
+            after = self.after.split("\n", 1)[0].rstrip("\r")
+            if not shown.strip() or (after and after.startswith(shown)):
+                shown = ""
+        if offset == 0 and not typethrough and not resumed:
+            self.first = len(shown)
+        completion = self.completion if not typethrough else Completion([], Stats(stop_reason="typethrough"), [])
+        return Suggestion(shown, self.raw, self.prompt, completion, self.drafter, latency_ms, typethrough=typethrough,
+                          notice=notice, continuing=not self.finished, resumed=resumed,
+                          from_continuation=(typethrough or resumed) and bool(shown) and offset + len(shown) > self.first)
+
+
+def _has_complete_line(text: str) -> bool:
+    """A newline follows some non-blank text: the first line of `text` is complete."""
+    i = text.find("\n")
+    while i >= 0:
+        if text[:i].strip():
+            return True
+        i = text.find("\n", i + 1)
+    return False
+
+
+def _whole_words(text: str) -> str:
+    """`text` without a word still being written at its end (a paused first line shows whole words)."""
+    i = len(text)
+    while i > 0 and (text[i - 1].isalnum() or text[i - 1] == "_"):
+        i -= 1
+    return text[:i] if text[:i].strip() else text
