@@ -72,7 +72,9 @@ def _budget(total: int | None, mode: str = "completion"):
 
     if total is None:
         if mode == "session":
-            return ContextBudget()  # the server's default (lsp_server/completion/context.py)
+            from lsp_server.settings import Settings
+
+            return ContextBudget.scaled(Settings.context_tokens)  # the server's default
         total = 1024
     if total < 64:
         raise SystemExit("ditto-lsp: error: --context-tokens must be at least 64")

@@ -187,6 +187,11 @@ def request_quality(typed: str, suggestion: str, true_line: str, true_rest: str)
 
 
 # -- systems ---------------------------------------------------------------------------------
+def replay_model(name: str, default: str) -> str:
+    """The model spec of a Ditto system: what follows `+` in its name, else the bench's --model."""
+    return name.split("+", 1)[1] if "+" in name else default
+
+
 def ditto_options(name: str) -> dict:
     """initializationOptions of a Ditto system beyond the server's defaults."""
     base, context = replay_system(name)
@@ -256,7 +261,7 @@ class DittoDriver:
         from ditto_bench.client import RawClient
 
         o = self.opts
-        args = ["--model", o.model, "--backend", o.backend]
+        args = ["--model", replay_model(self.system, o.model), "--backend", o.backend]
         env = {"OMP_NUM_THREADS": "1", "DITTO_LLAMA_THREADS": "1"}
         cwd = None
         if self.system == "ditto-base":

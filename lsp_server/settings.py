@@ -54,7 +54,10 @@ class Settings:
     drafter: str = "ngram"  # one of DRAFTERS: none | ngram | model | hybrid
     draft_model: str = "qwen2.5-coder-0.5b"  # model spec of the model / hybrid drafters (same tokenizer as model)
     max_tokens: int = 64  # token budget of one suggestion
-    context_tokens: int = 2048  # prompt budget in tokens (completion/context.py ContextBudget.scaled)
+    # Prompt budget in tokens (completion/context.py ContextBudget.scaled). A place not visited yet costs its
+    # whole prompt in prefill: on one CPU core 320 answers there within about 3 s (docs/perf/README.md has
+    # the frontier); with a GPU, raise it (2048 fills a prompt in well under a second there).
+    context_tokens: int = 320
     draft_max: int = 8  # longest draft verified in one pass; 0 = plain decoding
     temperature: float = 0.0  # 0 = greedy
     top_p: float = 1.0

@@ -146,6 +146,13 @@ def test_replay_system_names():
     assert replay_system("llama-server") == ("llama-server", None)
     assert replay_system("llama-server@512") is None and replay_system("ditto@") is None
     assert replay_system("ngram") is None
+    assert replay_system("ditto@512+qwen2.5-coder-1.5b") == ("ditto", 512)  # another model for this system
+    assert replay_system("ditto-base") == ("ditto-base", None)  # another checkout's server (--baseline)
+    assert replay_system("ditto-base@512") is None and replay_system("llama-server+default") is None
+    from ditto_bench.replay import replay_model
+
+    assert replay_model("ditto@512+qwen2.5-coder-1.5b", "default") == "qwen2.5-coder-1.5b"
+    assert replay_model("ditto@512", "default") == "default"
     assert parse_systems("ngram,ditto,llama-server", "session") == ["ngram", "ditto", "llama-server"]
     with pytest.raises(ValueError):
         parse_systems("ditto", "keystroke")

@@ -67,7 +67,7 @@ export const DEFAULTS: DittoSettings = {
   trustRemoteCode: false,
   remote: {},
   maxTokens: 64,
-  contextTokens: 2048,
+  contextTokens: 320,
   draftMax: 8,
   temperature: 0,
   topP: 1,
