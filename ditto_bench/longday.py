@@ -121,6 +121,7 @@ def long_day(model: str = "tiny-random", edits: int = 20000, buffers: int = 60, 
                 idx = stats.get("index") or {}
                 kv_max, index_max = max(kv_max, kv), max(index_max, idx.get("buffers", 0))
                 snaps.append({"i": i, "t": round(time.monotonic() - t0, 1), "rss_mib": proc_status(c.pid)["rss_mib"],
+                              "protocol_futures": stats.get("protocol_futures"),
                               "open": len(is_open), "kv_cache_keys": kv, "index_buffers": idx.get("buffers"),
                               "index_mib": round(idx.get("bytes", 0) / 2**20, 1)})
                 say(f"long day: {i + 1}/{edits} edits, RSS {snaps[-1]['rss_mib']} MiB, {kv} KV caches, "
@@ -150,7 +151,8 @@ def long_day(model: str = "tiny-random", edits: int = 20000, buffers: int = 60, 
             if quarters[0]["overhead_ms_p95"] else None,
             "kv_cache_keys_max": kv_max, "index_buffers_max": index_max,
             "after_closing_all": {"kv_cache": after.get("kv_cache"), "index": after.get("index"),
-                                  "open_documents": after.get("open_documents")},
+                                  "open_documents": after.get("open_documents"),
+                                  "protocol_futures": after.get("protocol_futures")},
             "samples": snaps, "exit_code": code,
         }
     finally:

@@ -88,6 +88,7 @@ class StatsMixin:
             # The drafter's index of the open buffers (completion/buffers.py) and the engine's KV caches
             # (one per document; a closed document's goes at once).
             "index": self.index_stats(),
+            "protocol_futures": len(self.protocol._request_futures),  # requests under way (protocol.py)
             "kv_cache": ({"keys": len(self.completer.engine.cached_keys()),
                           "tokens": self.completer.engine.cached_tokens()}
                          if self.completer is not None and self.completer.engine is not None else None),

@@ -15,5 +15,6 @@ def test_a_short_day_leaves_nothing_behind():
     assert after["open_documents"] == 0
     assert after["kv_cache"] == {"keys": 0, "tokens": 0}  # closing a document releases its KV cache
     assert after["index"]["buffers"] == 0 and after["index"]["bytes"] == 0
+    assert after["protocol_futures"] == 0  # pygls kept one per didChange (lsp_server/lsp/protocol.py)
     assert out["kv_cache_keys_max"] <= 5 and out["index_buffers_max"] <= 5
     assert out["rss_end_vs_first_quarter"] < 1.3
