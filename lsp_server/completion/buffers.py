@@ -57,15 +57,15 @@ class _Buffer:
         self.nbytes = 0
         self.clear()
 
-    def clear(self) -> None:
-        """Drop everything but the text."""
+    def clear(self, keep_done: bool = False) -> None:
+        """Drop everything but the text (and, with keep_done, the blocks an update under way tokenized)."""
         self.region = ""  # the indexed text (the text, or its head and tail)
         self.cuts = np.zeros(1, np.int64)  # block starts in region, then len(region)
         self.tok_cuts = np.zeros(1, np.int64)  # the same in tokens
         self.tokens = np.zeros(0, np.int32)
         self.index: NGramIndex | None = None
         self.wip = None
-        self.done = {}
+        self.done = self.done if keep_done else {}
         self.nbytes = 0
 
 
@@ -192,7 +192,7 @@ class OpenBuffers:
             return None
         if b.index is None:
             old = ""
-            b.clear()
+            b.clear(keep_done=True)
         d = _common_prefix(old, region)
         s = _common_suffix(old, region, min(len(old), len(region)) - d)
         cuts = b.cuts

@@ -197,3 +197,22 @@ def test_region_is_whole_lines_of_head_and_tail():
     assert all(line.startswith("line ") for line in region.splitlines())
     assert region_of("short", 10) == "short"
     assert bufmod.region_of("x" * 50, 10) == "x" * 5 + "x" * 5
+
+
+def test_an_update_under_way_goes_on_while_the_text_changes():
+    """Typing in a big buffer that is still being indexed: the blocks already tokenized are kept, so
+    the work is the text once plus the block typed in, not the text again at every keystroke."""
+    enc = CountingEncoder()
+    ob, d = make(enc)
+    ob.defer = True
+    text = corpus(8000)
+    ob.set("a.py", text)
+    steps = 0
+    while ob.pending():
+        text += "x = call(y)\n"  # typed at the end between two slices
+        ob.set("a.py", text)
+        ob.step()
+        steps += 1
+        assert steps < 200
+    assert steps > 3 and enc.chars <= len(text) + steps * 4 * BLOCK_CHARS
+    assert ob.tokens("a.py") == fresh_tokens(CountingEncoder(), text)
