@@ -46,6 +46,8 @@ def build_completer(lm, settings: CompleterSettings | None = None, *, engine: En
     if calibration is not None and completer.engine is not None:
         completer.pass_costs = calibrate(Engine(lm), lm, fresh=calibration == "fresh")
         completer.engine.use_costs(completer.pass_costs)
+    if completer.generator.constrains:
+        completer.vocab_bytes()  # token healing's table (152k tokens: ~1 s), now rather than in the first request
     for name, text in buffers:
         completer.set_buffer(name, text)
     if drafter is not None:

@@ -78,6 +78,7 @@ class ContextBudget:
     above: int = 1536  # of which lines above the cursor
     below: int = 64  # of which the rest of the line and lines below (recomputed after every edit above: keep it small)
     snippets: int = 352  # of which other open buffers (only when they fit)
+    snippet_source: str = "heads"  # heads: each buffer's start; similar: chunks like the code around the cursor
     slack: int | None = None  # room left below the lines-above window when it is re-anchored; None: above // 6
     chunk_lines: int = 8  # the lines-above window starts at a multiple of this when it can
 
@@ -111,6 +112,7 @@ class Window:
     start: int | None = None  # 0-based line; None before the first prompt
     anchored: int = 0  # times the start was chosen afresh (the first time included)
     head: tuple[str, ...] = ()  # the text of the window's first lines, to follow them when lines above move
+    chosen: tuple = ()  # (window start, buffer names, [(name, first line)]): retrieved snippets (retrieval.py)
     # Token ids of recently used lines, by their text (tokenizing ~150 lines per keystroke
     # through a tokenizer wrapper costs ~20 ms; a line's ids depend on its text only).
     lines: dict[str, list[int]] = field(default_factory=dict, repr=False)
@@ -289,6 +291,8 @@ def build_prompt(lm, text: str, line: int, col: int, others: list[tuple[str, str
         below_kept += part
     head: list[int] = []
     names: list[str] = []
+    if fim is not None and others and fim.file_sep is not None and snippet_room > 0 and b.snippet_source == "similar":
+        others = _similar(others, lines, start, line, typed, window)
     if fim is not None and others and fim.file_sep is not None:
         room = snippet_room
         for name, other in others:
@@ -342,3 +346,21 @@ def healed_tail(lm, tail: str, heal: str) -> tuple[list[int], str]:
 
 
 _UNFIT = [-1]  # stands for the tokens of a line too long to tokenize (never enters a prompt)
+
+
+def _similar(others: list[tuple[str, str]], lines: list[str], start: int, line: int, typed: str,
+             window: Window | None) -> list[tuple[str, str]]:
+    """Chunks of the other buffers most like the lines-above window (lsp_server/completion/retrieval.py),
+    as (name, chunk text) snippets; chosen again only when the window moves or the buffers change."""
+    from lsp_server.completion.retrieval import chunk_text, ranked_chunks
+
+    key = (start, tuple(sorted(n for n, _ in others)))
+    if window is not None and window.chosen and window.chosen[:2] == key:
+        picks = window.chosen[2]
+    else:
+        picks = ranked_chunks(others, "\n".join(lines[start:line]) + "\n" + typed)
+        if window is not None:
+            window.chosen = (*key, picks)
+    texts = dict(others)
+    out = [(name, t) for name, first in picks if (t := chunk_text(texts, name, first)) is not None]
+    return out

@@ -168,3 +168,26 @@ def test_a_multiline_suggestion_never_ends_inside_what_it_left_open(text, typed,
     from lsp_server.completion.stops import well_formed
 
     assert well_formed(text, Prompt([], "", typed, after, below)) == want
+
+
+# -- snippets by similarity (issue 25) -------------------------------------------------------------
+
+def test_similar_snippets_pick_the_chunk_like_the_code_at_the_cursor_and_stay_put_while_typing():
+    from lsp_server.backends.tiny import tiny_random
+    from lsp_server.completion.context import ContextBudget, Window
+    from lsp_server.completion.retrieval import CHUNK_LINES, ranked_chunks
+
+    filler = "\n".join(f"noise_{i} = {i}" for i in range(CHUNK_LINES))
+    helper = "def parse_header(raw_header):\n    fields = raw_header.split(';')\n    return fields\n"
+    others = [("util.py", filler + "\n" + helper + "\n" + filler)]
+    doc = "import util\n\n\ndef read(raw_header):\n    fields = \n"
+    assert ranked_chunks(others, doc)[0] == ("util.py", CHUNK_LINES)  # the chunk holding parse_header
+    lm = tiny_random()
+    budget = ContextBudget(total=512, above=256, below=32, snippets=160, snippet_source="similar")
+    window = Window()
+    p = build_prompt(lm, doc, 4, 13, others=others, path="main.py", budget=budget, window=window)
+    assert "util.py\ndef parse_header" in lm.decode(p.ids)  # that chunk, not the buffer's head (noise_0 ...)
+    typed = doc.replace("fields = \n", "fields = r\n")
+    q = build_prompt(lm, typed, 4, 14, others=others, path="main.py", budget=budget, window=window)
+    head = p.ids[: p.ids.index(lm.fim.prefix)]
+    assert q.ids[: len(head)] == head  # the snippets (the prompt's start) did not move
