@@ -140,16 +140,17 @@ class DocumentsMixin:
         completer = self.completer
         return None if completer is None else open_buffers(completer, MAX_INDEXED_CHARS).stats()
 
-    def index_while_idle(self, cancel: threading.Event) -> int:
+    def index_while_idle(self, cancel: threading.Event, slices: int | None = None) -> int:
         """Idle work (lsp_server/lsp/idle.py): index the open buffers a slice at a time until a request
-        (or newer idle work) sets `cancel`; returns the slices run. Cut short, it asks to go on later."""
+        (or newer idle work) sets `cancel`, or `slices` ran; returns the slices run. Cut short by a
+        request, it asks to go on later."""
         completer = self.completer
         if completer is None:
             return 0
         self._apply_dirty(completer)
         index = open_buffers(completer, MAX_INDEXED_CHARS)
         steps = 0
-        while not cancel.is_set() and index.step():
+        while not cancel.is_set() and (slices is None or steps < slices) and index.step():
             steps += 1
         if cancel.is_set() and index.pending() and hasattr(self, "_schedule_idle"):
             self._schedule_idle()  # queued behind the request that stopped it (this job is the one running)

@@ -1,7 +1,7 @@
 """Idle work: while the user pauses, the worker does first what the next request needs (a mixin of
 DittoServer, lsp_server/lsp/server.py; docs/design.md, "Prompt layout and windows").
 
-In order:
+In order (after one slice of indexing, so that it goes on however often requests stop the rest):
 1. finish the suggestion answered at its deadline (lsp_server/completion/completer.py `Place`),
    while the document still fits it (what was typed since is the start of the suggestion):
    the next request there is then served from it at once;
@@ -54,6 +54,7 @@ class IdleMixin:
         completer = self.completer
         if completer is None or completer.engine is None or cancel.is_set():
             return  # (no engine: a remote one, which keeps its own prefix cache and generates on its own)
+        self.index_while_idle(cancel, slices=1)  # tens of milliseconds; the model work below takes passes
         uri, aim = self._continue_uri, self._aim
         if uri is not None and completer.pending(uri) and (aim is None or aim.uri != uri or self._fits(aim)):
             self._idle_cancel, self._step_uri = cancel, uri
