@@ -56,6 +56,7 @@ from ditto_bench.systems import replay_system
 REST_S = 1.0  # the rest after arriving at a block
 LINE_PAUSE_S = 0.3  # the pause after a line's first character, before its request
 CURSOR_NOTICE_S = 0.15  # Ditto's plugins send ditto/didMoveCursor this long into a pause
+QUIET_WAIT_S = 20.0  # the longest wait, after a system's session, for its server's idle work to end
 IDLE_WAIT_S = 5.0  # the longest wait for the server to go idle after opening a session
 ANSWER_TIMEOUT_S = 120.0  # a request not answered by then is recorded as a timeout
 
@@ -324,6 +325,15 @@ class DittoDriver:
         for uri in self.uris:
             self.client.close_doc(uri)
         self.uris = []
+        # Let the server finish its own idle work (a suggestion's continuation, idle prefill, indexing)
+        # before another system's turn: all Ditto servers share one core, and one's background work
+        # must not run inside another's requests.
+        t0 = time.monotonic()
+        while time.monotonic() - t0 < QUIET_WAIT_S:
+            st = self.client.stats()
+            if st["worker_pending"] == 0 and not st.get("worker_idle_work", False):
+                break
+            time.sleep(0.05)
 
     def edit(self, step: Edit) -> None:
         start = {"line": step.line, "character": _utf16(self.lines[step.line][: step.col])}

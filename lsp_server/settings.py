@@ -28,6 +28,7 @@ from dataclasses import dataclass, field, fields
 
 from drafters.registry import DRAFTERS  # the drafter names; every list of them is this one
 from lsp_server.backends.loader import BACKENDS
+from lsp_server.completion.context import ContextBudget  # plain Python: no torch at import
 
 DEBUG_PREFIX = "debug_"  # settings named so are test hooks, off unless `serve --debug-hooks`
 CLI_ONLY = ("debug_hooks",)  # settable by `ditto-lsp serve` flags only, never by a client
@@ -57,7 +58,7 @@ class Settings:
     # Prompt budget in tokens (completion/context.py ContextBudget.scaled). A place not visited yet costs its
     # whole prompt in prefill: on one CPU core 320 answers there within about 3 s (docs/perf/README.md has
     # the frontier); with a GPU, raise it (2048 fills a prompt in well under a second there).
-    context_tokens: int = 320
+    context_tokens: int = ContextBudget.DEFAULT_TOTAL
     draft_max: int = 8  # longest draft verified in one pass; 0 = plain decoding
     temperature: float = 0.0  # 0 = greedy
     top_p: float = 1.0
@@ -99,8 +100,6 @@ class Settings:
     def completer_settings(self):
         """The Completer's share of these settings (built here only; imports torch, so not at module load)."""
         from lsp_server.completion.completer import CompleterSettings
-
-        from lsp_server.completion.context import ContextBudget
 
         return CompleterSettings(drafter=self.drafter, multiline=self.multiline, draft_model=self.draft_model,
                                  budget=ContextBudget.scaled(self.context_tokens))

@@ -42,7 +42,7 @@ class CompleterSettings:
     history_tokens: int = 4096  # accepted completions kept in the n-gram index (oldest dropped)
     multiline: bool = True  # ghost text may span lines (until the block ends)
     type_through: bool = True  # typing the start of the shown suggestion answers with its rest at once
-    budget: ContextBudget = field(default_factory=ContextBudget)
+    budget: ContextBudget = field(default_factory=ContextBudget.default)
 
 
 class EngineGenerator:

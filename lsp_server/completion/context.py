@@ -86,6 +86,12 @@ class ContextBudget:
         return self.above // 6 if self.slack is None else max(0, min(self.slack, self.above))
 
     SNIPPETS_FROM = 1024  # smaller totals give other buffers no room (below)
+    DEFAULT_TOTAL = 320  # the `context_tokens` default (lsp_server/settings.py): the server's and Completer's budget
+
+    @classmethod
+    def default(cls) -> "ContextBudget":
+        """The budget a server, `ditto-lsp complete` and a bare Completer use unless told otherwise."""
+        return cls.scaled(cls.DEFAULT_TOTAL)
 
     @classmethod
     def scaled(cls, total: int) -> "ContextBudget":
@@ -242,7 +248,7 @@ def build_prompt(lm, text: str, line: int, col: int, others: list[tuple[str, str
     blanks only (the model writes them; for engines that cannot be constrained), "none"
     keeps it all. What is left out is `Prompt.healed`.
     """
-    b = budget or ContextBudget()
+    b = budget or ContextBudget.default()
     _, typed, after, _ = split_at(text, line, col)  # validates line and col
     lines = text.split("\n")
     fim = lm.fim

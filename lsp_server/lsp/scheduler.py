@@ -80,6 +80,12 @@ class Scheduler:
             return self._pending > 0
 
     @property
+    def idle_busy(self) -> bool:
+        """True while idle work is queued or running (it is not counted as busy: a request stops it)."""
+        with self._lock:
+            return self._idle is not None or self._idle_running is not None
+
+    @property
     def pending(self) -> int:
         with self._lock:
             return self._pending

@@ -82,6 +82,7 @@ class StatsMixin:
             # end, outcome) in wall-clock seconds (ditto_bench/storm.py measures the engine's concurrency).
             "remote": self.completer.generator.stats(intervals) if self.completer is not None else None,
             "worker_busy": self.scheduler.busy,
+            "worker_idle_work": self.scheduler.idle_busy,
             "worker_pending": self.scheduler.pending,
             "worker_pending_max": self.scheduler.max_pending,
             "open_documents": len(self.workspace.text_documents) if self.protocol._workspace else 0,

@@ -179,7 +179,7 @@ def test_bench_session_command_end_to_end(repo, tmp_path, monkeypatch):
     assert res["meta"]["mode"] == "session" and res["meta"]["sessions_run"] == 1 and res["meta"]["tasks_run"] == 3
     from lsp_server.completion.context import ContextBudget
 
-    assert res["meta"]["budget"]["total"] == ContextBudget().total  # the server's default budget
+    assert res["meta"]["budget"]["total"] == ContextBudget.default().total  # the server's default budget
     assert list(res["summary"]) == ["ngram", "ngram-noreuse"]
     md = (out / "report.md").read_text()
     assert "## Session replay" in md and "| ngram | 1 | 3 |" in md

@@ -24,6 +24,7 @@ from test_server import TIMEOUT, inline, plain, stats, trace, wait_progress_end
 pytestmark = pytest.mark.asyncio(loop_scope="module")
 
 SERVER = [sys.executable, "-m", "lsp_server.cli", "serve", "--model", "tiny-random", "--max-tokens", "4",
+          "--context-tokens", "2048",  # a long prompt (a GPU-sized budget): many idle passes
           "--debug-hooks"]
 FAST = {"maxTokens": 4, "debugStepDelayMs": 0, "debugNotifySteps": False, "timeBudgetS": 10}
 # A long document: its prompt takes many idle passes of 32 tokens.
