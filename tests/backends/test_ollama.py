@@ -119,6 +119,9 @@ def test_models_list_shows_the_store(store):
                          env={**os.environ, "PYTHONPATH": str(ROOT)}, cwd=ROOT, timeout=120)
     assert out.returncode == 0, out.stderr
     assert "ollama:tiny:latest" in out.stdout and "ollama:someone/coder:1b" in out.stdout
+    # It says which model to pick where (issue 25): a CPU, a GPU, an Ollama user, and why base models.
+    advice = out.stdout.split("Which model:", 1)[1]
+    assert all(f"\n  {who} " in advice for who in ("CPU", "GPU", "Ollama")) and "fill-in-the-middle" in advice
 
 
 llama_cpp = pytest.importorskip("llama_cpp")
