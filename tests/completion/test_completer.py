@@ -6,6 +6,7 @@ from dataclasses import replace
 import pytest
 
 from lsp_server.completion.completer import Completer
+from lsp_server.completion.context import ContextBudget
 from lsp_server.decoding.types import DecodeOptions
 from lsp_server.backends.tiny import tiny_random
 
@@ -194,6 +195,9 @@ def test_window_reuse_paths_give_the_fresh_result(lm, drafter):
     for c in (reuse, fresh):
         c.settings.type_through = False  # every request goes through the model
         c.settings.drafter = drafter
+        # A GPU-sized prompt (2,048 tokens): the shares below are of a long prompt, where an edit
+        # near the cursor leaves most of it cached (at the CPU default of 320 a typed word is ~12%).
+        c.settings.budget = ContextBudget()
     opts = DecodeOptions(max_new_tokens=10, draft_max=4 if drafter == "ngram" else 0, prefill_chunk=64)
     line = 600
     steps = [("start", lines[:], line, len(lines[line]))]
