@@ -331,6 +331,7 @@ class DittoDriver:
         t0 = time.monotonic()
         while time.monotonic() - t0 < QUIET_WAIT_S:
             st = self.client.stats()
+            # .get: an older checkout's server (ditto-base) has no worker_idle_work; it then waits for its queue only.
             if st["worker_pending"] == 0 and not st.get("worker_idle_work", False):
                 break
             time.sleep(0.05)

@@ -56,16 +56,17 @@ def expected(completer, text: str, line: int, col: int, uri: str, others: dict[s
                               options=DecodeOptions(max_new_tokens=12), others=snippets).text
 
 
-def suggesting_variant(completer, request, others=lambda code: None) -> tuple[str, str]:
+def suggesting_variant(completer, *requests, others=lambda code: None) -> tuple[str, str]:
     """CODE, or CODE with its second function renamed, whichever the model first completes with
-    visible text: (code, suggestion). tiny-random writes random bytes, and the ghost text ends
-    before a character no editor can insert, so at a given place its suggestion may be empty on
-    one backend and not on the other. `request(code)` -> (text, line, col, uri)."""
-    for name in ("mul", "sub", "div", "pow", "neg", "mod", "inc", "dec"):
+    visible text at every request: (code, the first request's suggestion). tiny-random writes
+    random bytes, and the ghost text ends before a character no editor can insert, so at a given
+    place its suggestion may be empty on one backend and not on the other.
+    Each of `requests`: code -> (text, line, col, uri)."""
+    for name in ("mul", "sub", "div", "pow", "neg", "mod", "inc", "dec", "top", "avg"):
         code = CODE.replace("def mul(", f"def {name}(")
-        want = expected(completer, *request(code), others=others(code))
-        if want.strip():
-            return code, want
+        wants = [expected(completer, *request(code), others=others(code)) for request in requests]
+        if all(w.strip() for w in wants):
+            return code, wants[0]
     raise AssertionError("tiny-random suggests nothing visible in any variant of CODE")
 
 

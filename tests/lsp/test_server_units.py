@@ -167,13 +167,16 @@ async def test_scheduler_idle_job_runs_when_nothing_waits_and_yields_to_a_reques
     assert await asyncio.wrap_future(asyncio.run_coroutine_threadsafe(asyncio.to_thread(started.wait, 30),
                                                                       asyncio.get_running_loop())) is True
     assert not sched.busy  # idle work is not a pending request
+    assert sched.idle_busy  # ... but it is idle work under way (ditto/stats worker_idle_work)
     assert await sched.run("doc", lambda cancel: order.append("request") or "answer") == "answer"
     assert order == ["idle stopped", "request"]
+    assert not sched.idle_busy
     assert job.future.done() and sched.idle_runs == 1 and sched.idle_cancelled == 1
     # A newer idle job replaces one that has not started.
     blocker = threading.Event()
     sched.submit("doc", lambda cancel: blocker.wait(30))
     first = sched.idle(lambda cancel: "first")
+    assert sched.idle_busy  # queued behind the request
     second = sched.idle(lambda cancel: "second")
     blocker.set()
     assert await asyncio.wrap_future(second.future) == "second"
