@@ -57,6 +57,10 @@ def configure(p: argparse.ArgumentParser) -> None:
                         "(off by default)")
     r.add_argument("--pause-scale", type=float, default=1.0, metavar="F",
                    help="multiply the replay's pauses (1.0 s rest at a block, 0.3 s before a line's request) by F")
+    r.add_argument("--check-continuations", action="store_true",
+                   help="after each Ditto answer given at its deadline (outside the timing), finish that generation "
+                        "and compare it with the same generation uninterrupted; the report counts the identical ones. "
+                        "It changes what the server has done by the next request: time a run without it")
     r.add_argument("--answer-timeout", type=float, default=120.0, metavar="SECONDS",
                    help="a replay request not answered by then is recorded as a timeout (default 120)")
     p.add_argument("--lookup-tokens", type=int, default=10, help="prompt_lookup_num_tokens of hf-prompt-lookup (default 10)")
@@ -368,7 +372,7 @@ def _replay(args, sessions: list, systems: list[str], t_run: float):
     log_dir.mkdir(parents=True, exist_ok=True)
     options = ReplayOptions(model=args.model, backend=args.backend, cores=cores, pause_scale=args.pause_scale,
                             followup=args.peer_followup, answer_timeout_s=args.answer_timeout or ANSWER_TIMEOUT_S,
-                            log_dir=log_dir, baseline=args.baseline)
+                            log_dir=log_dir, baseline=args.baseline, check_continuations=args.check_continuations)
     meta = {"systems": {}, "cores": {"ditto": cores[0], "llama-server": cores[1]}, "threads": 1,
             "pause_scale": args.pause_scale,
             "pauses_s": {"rest": REST_S, "line": LINE_PAUSE_S, "cursor_notice": CURSOR_NOTICE_S, "idle_wait": IDLE_WAIT_S},

@@ -329,8 +329,11 @@ def _replay_group(rs: list[dict], timeout_ms: float) -> dict:
     exact = sum(1 for r in rs if r.get("first_line_exact"))
     eligible = [r for r in rs if r.get("misfire") is not None]
     misfires = sum(1 for r in eligible if r["misfire"])
+    checked = [r["continuation"] for r in rs if r.get("continuation")]  # --check-continuations
     return {
         "n": len(rs),
+        "continuations_checked": len(checked),
+        "continuations_identical": sum(1 for c in checked if c.get("identical")),
         "timeouts": sum(1 for r in rs if r.get("timeout")),
         "tts_ms_p50": _r(percentile(tts, 50), 1),
         "tts_ms_p95": _r(percentile(tts, 95), 1),

@@ -51,7 +51,7 @@ from pathlib import Path
 
 from ditto_bench.metrics import edit_similarity, normalise
 from ditto_bench.systems import REPLAY_PEER as PEER
-from ditto_bench.systems import replay_system
+from ditto_bench.systems import replay_snippets, replay_system
 
 REST_S = 1.0  # the rest after arriving at a block
 LINE_PAUSE_S = 0.3  # the pause after a line's first character, before its request
@@ -201,6 +201,8 @@ def ditto_options(name: str) -> dict:
         out["drafter"] = "none"
     if context is not None:
         out["contextTokens"] = context
+    if replay_snippets(name) is not None:
+        out["snippets"] = replay_snippets(name)
     return out
 
 
@@ -243,6 +245,10 @@ class ReplayOptions:
     peer_ctx: int = 32768
     peer_gguf: str | None = None  # default: the GGUF of `model`
     baseline: Path | None = None  # a checkout whose server `ditto-base` runs (e.g. a git worktree of an older commit)
+    # After each request answered at a deadline, outside the timing: finish that generation and compare it with the
+    # same one uninterrupted (`ditto/debug/checkPlace`). It changes what the server has done by the next request
+    # (the continuation always finishes), so the times of a checked run are not those of a plain one.
+    check_continuations: bool = False
 
 
 class DittoDriver:
@@ -263,6 +269,8 @@ class DittoDriver:
 
         o = self.opts
         args = ["--model", replay_model(self.system, o.model), "--backend", o.backend]
+        if o.check_continuations and self.system != "ditto-base":
+            args.append("--debug-hooks")
         env = {"OMP_NUM_THREADS": "1", "DITTO_LLAMA_THREADS": "1"}
         cwd = None
         if self.system == "ditto-base":
@@ -278,6 +286,8 @@ class DittoDriver:
             if log is not None:
                 log.close()
         settings = ditto_options(self.system)
+        if "--debug-hooks" in args:
+            settings["debugCheckPlaces"] = True
         self.client.initialize(settings)
         end = self.client.wait_ready(timeout=900)
         st = self.client.stats()
@@ -384,6 +394,8 @@ class DittoDriver:
             "raw": trace.get("raw") if same else None,
             "server_latency_ms": trace.get("latency_ms") if same else None,
         })
+        if self.opts.check_continuations and self.system != "ditto-base" and rec["stop_reason"] == "paused":
+            rec["continuation"] = c.call("ditto/debug/checkPlace", {"uri": self.uri}, timeout=600).get("result")
         return rec
 
 

@@ -103,7 +103,8 @@ def session_table(summary: dict) -> str:
 def replay_table(summary: dict) -> str:
     """The editor replay (replay.py): one row per system and kind of request (cold, warm, all)."""
     head = ("| system | kind | n | tts p50 ms | tts p95 ms | typed + 1st line = truth | edit sim | empty | "
-            "whole-word misfires | prompt tokens processed p50 | shown without the model | idle before p50 ms | timeouts |")
+            "whole-word misfires | prompt tokens processed p50 | shown without the model | idle before p50 ms | timeouts | "
+            "deadline + continuation = one generation |")
     rows = [head, "|" + "---|" * (head.count("|") - 1)]
     for s, v in summary.items():
         for kind in ("cold", "warm", "all"):
@@ -112,8 +113,15 @@ def replay_table(summary: dict) -> str:
                         f"{g['first_line_exact']}/{g['n']} ({_pct(g['first_line_exact_rate'])}) | "
                         f"{_f(g['edit_similarity_mean'], 3)} | {_pct(g['empty_share'])} | "
                         f"{g['misfires']}/{g['misfire_eligible']} ({_pct(g['misfire_share'])}) | "
-                        f"{_f(g['prompt_tokens_p50'], 0)} | {g['typethrough']} | {_f(g['idle_ms_p50'], 0)} | {g['timeouts']} |")
+                        f"{_f(g['prompt_tokens_p50'], 0)} | {g['typethrough']} | {_f(g['idle_ms_p50'], 0)} | {g['timeouts']} | "
+                        f"{_checked(g)} |")
     return "\n".join(rows)
+
+
+def _checked(g: dict) -> str:
+    """The continuation check (`--check-continuations`): identical / checked, or – when not run."""
+    n = g.get("continuations_checked") or 0
+    return f"{g['continuations_identical']}/{n}" if n else "–"
 
 
 def replay_ratio_table(summary: dict) -> str:
@@ -143,7 +151,9 @@ def _replay_lines(meta: dict, summary: dict) -> list[str]:
                "typed and the true line continues the word, those whose suggestion starts with a non-word character. "
                "Prompt tokens processed: Ditto's prefill tokens (ditto/trace), llama-server's timings.prompt_n. Shown "
                "without the model: Ditto's type-through, llama.vim's cache. Idle before: wall time from the previous "
-               "answer to the request.")
+               "answer to the request. Deadline + continuation = one generation (`--check-continuations`): of Ditto's "
+               "answers given at a deadline, those whose finished generation has the tokens of the same generation "
+               "run again without a deadline (ditto/debug/checkPlace; – when not checked).")
     if rp:
         out += ["", f"Pauses (s, × pause scale {rp.get('pause_scale')}): rest after arriving {pauses.get('rest')}, "
                     f"before a line's request {pauses.get('line')}, ditto/didMoveCursor {pauses.get('cursor_notice')} "

@@ -49,15 +49,25 @@ REPLAY_PEER = "llama-server"  # llama.cpp's own server, driven as llama.vim driv
 
 def replay_system(name: str) -> tuple[str, int | None] | None:
     """(base, context tokens) of an editor-replay system name, else None:
-    ``ditto``, ``ditto-nodraft``, either with ``@N`` (contextTokens N) and ``+MODEL`` (another model
-    spec than the bench's --model, e.g. ``ditto@512+qwen2.5-coder-1.5b``), ``ditto-base`` (the server
-    of another checkout, `--baseline DIR`, at its own defaults) and ``llama-server``."""
-    m = re.fullmatch(r"(ditto|ditto-nodraft|ditto-base|llama-server)(?:@(\d+))?(?:\+[\w.:/-]+)?", name)
-    if m is not None and "+" in name and m.group(1) in (REPLAY_PEER, "ditto-base"):
+    ``ditto``, ``ditto-nodraft``, either with ``@N`` (contextTokens N), ``~SOURCE`` (the snippets
+    setting: heads, similar or none; `replay_snippets`) and ``+MODEL`` (another model spec than the
+    bench's --model, e.g. ``ditto@512~similar+qwen2.5-coder-1.5b``), ``ditto-base`` (the server of
+    another checkout, `--baseline DIR`, at its own defaults) and ``llama-server``."""
+    m = _REPLAY.fullmatch(name)
+    if m is not None and ("+" in name or m.group(3)) and m.group(1) in (REPLAY_PEER, "ditto-base"):
         return None
     if m is None or (m.group(1) in (REPLAY_PEER, "ditto-base") and m.group(2)) or (m.group(2) and int(m.group(2)) < 64):
         return None
     return m.group(1), int(m.group(2)) if m.group(2) else None
+
+
+_REPLAY = re.compile(r"(ditto|ditto-nodraft|ditto-base|llama-server)(?:@(\d+))?(?:~(heads|similar|none))?(?:\+[\w.:/-]+)?")
+
+
+def replay_snippets(name: str) -> str | None:
+    """The snippets setting a replay system's ``~SOURCE`` names, or None (the server's default)."""
+    m = _REPLAY.fullmatch(name)
+    return m.group(3) if m is not None else None
 
 
 def parse_systems(spec: str, mode: str) -> list[str]:

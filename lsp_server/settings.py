@@ -60,6 +60,10 @@ class Settings:
     # 3.5-4.9x sooner than llama.cpp's server with llama.vim's prompt (docs/perf/README.md has the frontier);
     # with a GPU, raise it (2048 fills a prompt in well under a second there).
     context_tokens: int = ContextBudget.DEFAULT_TOTAL
+    # What of the other open buffers the prompt holds (completion/context.py ContextBudget.scaled): heads = each
+    # one's start, from a budget of 1024 tokens on; similar = their chunks most like the code above the cursor
+    # (completion/retrieval.py), at every budget, in place of some lines above; none.
+    snippets: str = "heads"
     draft_max: int = 8  # longest draft verified in one pass; 0 = plain decoding
     temperature: float = 0.0  # 0 = greedy
     top_p: float = 1.0
@@ -82,6 +86,7 @@ class Settings:
     debug_step_delay_ms: float = 0.0  # sleep before every model pass (tests make decoding slow to cancel it)
     debug_notify_steps: bool = False  # send a `ditto/debug/step` notification before every model pass
     debug_documents: bool = False  # answer `ditto/debug/document` (the server's text of an open document)
+    debug_check_places: bool = False  # answer `ditto/debug/checkPlace` (deadline + continuation against one generation)
     debug_fail_forward: bool = False  # every model pass raises a simulated out-of-memory error after running
     debug_load_delay_s: float = 0.0  # sleep on the worker before the model loads (tests make loading slow; 0 ends it)
 
@@ -103,7 +108,7 @@ class Settings:
         from lsp_server.completion.completer import CompleterSettings
 
         return CompleterSettings(drafter=self.drafter, multiline=self.multiline, draft_model=self.draft_model,
-                                 budget=ContextBudget.scaled(self.context_tokens))
+                                 budget=ContextBudget.scaled(self.context_tokens, self.snippets))
 
     # -- the names ---------------------------------------------------------------------------
     @classmethod
@@ -179,6 +184,8 @@ class Settings:
             ("draft_model", bool(self.draft_model.strip()), "a non-empty model spec"),
             ("max_tokens", self.max_tokens >= 1, ">= 1"),
             ("context_tokens", self.context_tokens >= 64, ">= 64"),
+            ("snippets", self.snippets in ContextBudget.SOURCES, ", ".join(ContextBudget.SOURCES[:-1]) + " or "
+             + ContextBudget.SOURCES[-1]),
             ("draft_max", self.draft_max >= 0, ">= 0"),
             ("temperature", self.temperature >= 0, ">= 0"),
             ("top_p", 0 < self.top_p <= 1, "in (0, 1]"),
@@ -208,9 +215,9 @@ _CLI_NEGATED = {"multiline": "single_line", "adaptive": "no_adaptive", "idle_pre
 
 
 _TYPES = {
-    "model": str, "device": str, "dtype": str, "backend": str, "drafter": str, "draft_model": str,
+    "model": str, "device": str, "dtype": str, "backend": str, "drafter": str, "draft_model": str, "snippets": str,
     "trust_remote_code": bool, "multiline": bool, "adaptive": bool, "idle_prefill": bool, "debug_hooks": bool,
-    "debug_notify_steps": bool, "debug_documents": bool, "debug_fail_forward": bool,
+    "debug_notify_steps": bool, "debug_documents": bool, "debug_check_places": bool, "debug_fail_forward": bool,
     "max_tokens": int, "context_tokens": int, "draft_max": int, "top_k": int, "seed": (int, type(None)),
     "temperature": float, "top_p": float, "time_budget_s": (float, type(None)), "first_answer_s": (float, type(None)), "debug_step_delay_ms": float,
     "load_wait_s": float, "debug_load_delay_s": float, "index_memory_mb": int,

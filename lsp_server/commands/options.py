@@ -15,6 +15,7 @@ from pathlib import Path
 
 from drafters.registry import DRAFTERS
 from lsp_server.backends.loader import BACKENDS
+from lsp_server.completion.context import ContextBudget
 from lsp_server.settings import Settings, SettingsError
 
 
@@ -52,6 +53,10 @@ def add_decode_args(p: argparse.ArgumentParser) -> None:
     g.add_argument("--context-tokens", type=int, default=None, metavar="N",
                    help=f"prompt budget in tokens (default {Settings.context_tokens}; bench: 1024 in completion and keystroke "
                         "mode, the server's default in session mode)")
+    g.add_argument("--snippets", default=Settings.snippets, choices=ContextBudget.SOURCES,
+                   help="what of the other open buffers the prompt holds: heads = each one's start (from a "
+                        "--context-tokens of 1024 on), similar = their chunks most like the code above the cursor, "
+                        f"none (default {Settings.snippets})")
     g.add_argument("--draft-max", type=int, default=Settings.draft_max,
                    help="longest draft verified in one pass (default 8)")
     g.add_argument("--temperature", type=float, default=Settings.temperature, help="0 = greedy (default)")
@@ -148,7 +153,8 @@ def prepare_completion(args):
     lm = load_model(args, quiet=getattr(args, "json", False))
     settings = Settings().merged({"drafter": args.drafter, "multiline": not args.single_line,
                                   "draft_model": args.draft_model,
-                                  "context_tokens": args.context_tokens or Settings.context_tokens}).completer_settings()
+                                  "context_tokens": args.context_tokens or Settings.context_tokens,
+                                  "snippets": args.snippets}).completer_settings()
     # Pass costs for the adaptive draft length (stored after the first run), only where drafts are priced.
     calibration = "stored" if args.drafter != "none" and not getattr(args, "no_adaptive", False) else None
     buffers = [(str(other), read_text(Path(other))) for other in args.open or []]

@@ -265,6 +265,11 @@ class Completer:
         gen = self.generator.generate(prompt, options=opts, done=place.done, drafter=d, cancel=cancel,
                                       cache_key=cache_key, constraint=constraint,
                                       **({"pause": place.pause_rule(0, opts.first_answer_s)} if deadline else {}))
+        if deadline:
+            place.again = lambda: self.generator.generate(
+                prompt, options=replace(opts, first_answer_s=None, time_budget_s=None), done=place.done, drafter=d,
+                cache_key=cache_key, constraint=Healing(self.vocab_bytes(), heal.encode("utf-8")) if constraint else None,
+            ).completion
         place.update(gen.text, gen.completion)
         sug = place.answer(0, (time.perf_counter() - t0) * 1000, notice=gen.notice)
         if cache_key is not None:
@@ -306,6 +311,28 @@ class Completer:
         place.update(self.lm.decode(completion.tokens), completion)
         self.continued += 1
         return True
+
+    def check_place(self, key: str) -> dict | None:
+        """Test hook (the server's `ditto/debug/checkPlace`; the editor replay's check that a deadline
+        and its continuation give one uninterrupted generation): finish the generation answered for
+        `key`, generate its prompt again without a deadline or time limit, and compare the tokens.
+        None when no generation there paused at a deadline."""
+        place = self._places.get(key)
+        if place is None or place.again is None or not place.pauses:
+            return None
+        while self.pending(key):
+            completion = self.engine.resume(key)
+            if completion is None:
+                break
+            place.update(self.lm.decode(completion.tokens), completion)
+        pieces = place.completion
+        whole = place.again()
+        got, want = list(pieces.tokens), list(whole.tokens)
+        cut = pieces.stats.stop_reason in ("time", "cancelled", "interrupted")  # ended early: a prefix is enough
+        same = got == want or (cut and want[: len(got)] == got)
+        place.again = None  # checked once
+        return {"identical": same, "tokens": len(got), "uninterrupted_tokens": len(want), "pauses": place.pauses,
+                "stop_reason": pieces.stats.stop_reason}
 
     def _from_place(self, text: str, line: int, col: int, key: str, opts: DecodeOptions,
                     cancel: threading.Event | None) -> Suggestion | None:

@@ -4,7 +4,7 @@ Layout (docs/design.md section 4), stable parts first so the KV cache covers the
 
     [<file_sep>other.py\\n<snippet of another open buffer>]...
     [<file_sep>this.py\\n]<fim_prefix>lines above the cursor line
-    <fim_suffix>rest of the cursor line + lines below<fim_middle>text typed on the cursor line
+    <fim_suffix>rest of the cursor line + lines below<fim_middle>[lines typed at this place]text typed on the cursor line
 
 Each part is tokenized on its own, and the lines above line by line, so the tokens of an
 unchanged part never change. The engine reuses the longest common token prefix of the
@@ -41,9 +41,13 @@ only when it must:
   anything above the cursor changes its tokens sit at new positions and are recomputed
   anyway: anchoring its end would save nothing, and an end fixed to a line would make the
   suffix grow by every line the cursor moves up. Typing on the cursor line leaves it
-  unchanged (only the typed text after <fim_middle> changes). What Enter costs is
+  unchanged (only the typed text after <fim_middle> changes). What Enter would cost is
   therefore the suffix plus the new line: that is why `below` is small (see
   ContextBudget).
+- Lines typed one after another at a place stay in the middle (`_middle_from`): the prefix
+  ends, and the suffix starts, where the place was first asked, and Enter costs only the
+  new line. The place moves on when the cursor goes above it or its lines pass MIDDLE
+  tokens.
 
 The text-level stop rules of ghost text are lsp_server/completion/stops.py.
 Left out on purpose: the model, the engine, LSP types.
@@ -93,21 +97,33 @@ class ContextBudget:
         """The budget a server, `ditto-lsp complete` and a bare Completer use unless told otherwise."""
         return cls.scaled(cls.DEFAULT_TOTAL)
 
-    @classmethod
-    def scaled(cls, total: int) -> "ContextBudget":
-        """A budget of `total` tokens in the proportions of 2048 (the `context_tokens` setting).
+    SOURCES = ("heads", "similar", "none")  # the `snippets` setting (lsp_server/settings.py)
 
-        Below SNIPPETS_FROM tokens the other buffers get no room: on held-out code (tqdm, 73
-        requests, default model) their heads cost quality at a small total (typed + first line
-        right 12/73 at 320 tokens with them, 14/73 without; docs/perf/README.md). The window's
-        start moves in steps of fewer lines at a small total, so that rounding it to a step does
-        not drop a large share of the lines above."""
+    @classmethod
+    def scaled(cls, total: int, snippets: str = "heads") -> "ContextBudget":
+        """A budget of `total` tokens in the proportions of 2048 (the `context_tokens` setting),
+        with snippets of the other open buffers from `snippets` (one of SOURCES).
+
+        "heads" (each buffer's start): below SNIPPETS_FROM tokens the other buffers get no room:
+        on held-out code (tqdm, 73 requests, default model) their heads cost quality at a small
+        total (typed + first line right 12/73 at 320 tokens with them, 14/73 without;
+        docs/perf/README.md). "similar" (retrieval.py) gets its share at every total, taken from
+        the lines above; "none" gives other buffers no room. The window's start moves in steps
+        of fewer lines at a small total, so that rounding it to a step does not drop a large
+        share of the lines above."""
+        if snippets not in cls.SOURCES:
+            raise ValueError(f"snippets must be one of {', '.join(cls.SOURCES)}, got {snippets!r}")
         full = cls(total=2048, above=1536, below=64, snippets=352)
-        if total == full.total:
-            return full
+        share = total * full.snippets // full.total
+        if snippets == "none":
+            share = 0
+        elif snippets == "heads" and total < cls.SNIPPETS_FROM:
+            share = 0
         above = total * full.above // full.total
-        return cls(total=total, above=above, below=min(full.below, max(8, total // 16)),
-                   snippets=total * full.snippets // full.total if total >= cls.SNIPPETS_FROM else 0,
+        if total < cls.SNIPPETS_FROM:  # below it the lines above and the snippets would not both fit
+            above -= share
+        return cls(total=total, above=above, below=min(full.below, max(8, total // 16)), snippets=share,
+                   snippet_source="similar" if snippets == "similar" else "heads",
                    chunk_lines=max(2, min(full.chunk_lines, above // 60)))
 
 
@@ -119,6 +135,7 @@ class Window:
     anchored: int = 0  # times the start was chosen afresh (the first time included)
     head: tuple[str, ...] = ()  # the text of the window's first lines, to follow them when lines above move
     chosen: tuple = ()  # (window start, buffer names, [(name, first line)]): retrieved snippets (retrieval.py)
+    middle: int | None = None  # first line of the middle: lines typed at this place go after <fim_middle> (`_middle_from`)
     # Token ids of recently used lines, by their text (tokenizing ~150 lines per keystroke
     # through a tokenizer wrapper costs ~20 ms; a line's ids depend on its text only).
     lines: dict[str, list[int]] = field(default_factory=dict, repr=False)
@@ -240,7 +257,8 @@ def build_prompt(lm, text: str, line: int, col: int, others: list[tuple[str, str
     `lm` needs encode(), and fim (prefix/suffix/middle ids, file_sep or None). A model
     without FIM tokens gets a plain left-to-right prompt (above + typed). `window` is
     the document's window state: read, and updated when the window moves.
-    The prompt never holds more than `budget.total` tokens.
+    The prompt holds at most `budget.total` tokens, and the lines typed at the place asked last
+    (`_middle_from`, at most MIDDLE tokens).
 
     `heal` says how the typed text ends the prompt (`healed_tail`): "token" backs it up to
     the last token boundary (the generation is then constrained to write the rest,
@@ -278,10 +296,13 @@ def build_prompt(lm, text: str, line: int, col: int, others: list[tuple[str, str
             cache[i] = encode(part) if len(part) <= too_long else _UNFIT * (above_budget + 1)
         return cache[i]
 
-    start, _ = _above_start(enc, lines, line, above_budget, min(b.room_for_slack(), above_budget), b.chunk_lines,
+    mid = _middle_from(enc, lines, window, line) if fim is not None else line
+    start, _ = _above_start(enc, lines, mid, above_budget, min(b.room_for_slack(), above_budget), b.chunk_lines,
                             window)
-    above_ids = [t for i in range(start, line) for t in enc(i)]
-    above_kept = "".join(lines[i] + "\n" for i in range(start, line))
+    above_ids = [t for i in range(start, mid) for t in enc(i)]
+    above_kept = "".join(lines[i] + "\n" for i in range(start, mid))
+    middle_ids = [t for i in range(mid, line) for t in enc(i)]
+    above_kept += "".join(lines[i] + "\n" for i in range(mid, line))
     # Rest of the cursor line and lines below: whole lines from the top down.
     below_ids: list[int] = []
     below_kept = ""
@@ -318,7 +339,7 @@ def build_prompt(lm, text: str, line: int, col: int, others: list[tuple[str, str
     below_text = below_kept[len(after) :] if below_kept.startswith(after) else ""
     if fim is None:
         return Prompt(above_ids + typed_ids, above_kept, typed, after, below_text, start_line=start, healed=healed)
-    ids = [*head, fim.prefix, *above_ids, fim.suffix, *below_ids, fim.middle, *typed_ids]
+    ids = [*head, fim.prefix, *above_ids, fim.suffix, *below_ids, fim.middle, *middle_ids, *typed_ids]
     return Prompt(ids, above_kept, typed, after, below_text, names, start, healed)
 
 
@@ -352,6 +373,31 @@ def healed_tail(lm, tail: str, heal: str) -> tuple[list[int], str]:
 
 
 _UNFIT = [-1]  # stands for the tokens of a line too long to tokenize (never enters a prompt)
+
+MIDDLE = 256  # tokens of lines typed at one place that the middle holds before the place moves on
+
+
+def _middle_from(enc, lines: list[str], window: Window | None, line: int) -> int:
+    """The first line of the middle for a cursor on `line`: where the user started typing at this place.
+
+    Lines typed one after another at a place go after <fim_middle>, before the text typed on the
+    cursor line, so the prefix and the suffix stay as they were when the place was first
+    asked: Enter costs the new line only, not the suffix after it (and when the model had
+    written that line, its tokens are the generated ones, already in the KV cache). That is
+    fill-in-the-middle as the model learnt it: the middle is the text between prefix and
+    suffix, and the lines typed so far are its start. The place moves on (the middle starts
+    at the cursor line) when the cursor goes above it, or the middle would exceed MIDDLE
+    tokens; the prompt then holds at most the budget's total again. A one-shot request (no
+    `window`) has no middle lines. Lines added or removed above the window move the place with it."""
+    if window is None:
+        return line
+    a = window.middle
+    if a is not None and window.start is not None:  # lines added or removed above the window: the place moves with it
+        a += (_followed(lines, window) or 0) - window.start
+    if a is None or a > line or line - a > MIDDLE or sum(len(enc(i)) for i in range(a, line)) > MIDDLE:
+        a = line
+    window.middle = a
+    return a
 
 
 def _similar(others: list[tuple[str, str]], lines: list[str], start: int, line: int, typed: str,

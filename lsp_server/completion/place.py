@@ -75,6 +75,9 @@ class Place:
         self.completion = Completion([], Stats(), [])
         self.finished = False
         self.first = 0  # characters of `text` the first answer covered: served beyond that = from the continuation
+        self.pauses = 0  # times its generation paused at a deadline
+        # The same generation again, uninterrupted (no deadline, no time limit): Completer.check_place's reference.
+        self.again: Callable[[], Completion] | None = None
 
     def relative(self, generated: str) -> str | None:
         """The generated text from the real cursor on; None while it is still inside the healed text,
@@ -120,6 +123,7 @@ class Place:
         self.raw, self.completion = raw, completion
         reason = completion.stats.stop_reason
         self.finished = reason not in ("paused", "cancelled")
+        self.pauses += int(reason == "paused")
         rel = self.relative(raw) or ""
         if self.finished:
             text = finish(rel, self.prompt, self.multiline)

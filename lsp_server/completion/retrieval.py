@@ -15,7 +15,7 @@ from __future__ import annotations
 
 import re
 
-CHUNK_LINES = 16
+CHUNK_LINES = 8
 _WORD = re.compile(r"[A-Za-z_][A-Za-z0-9_]{2,}")
 
 

@@ -128,6 +128,9 @@ class DocumentsMixin:
             if window is not None and window.start is not None:
                 start = window.start + docs.applied.get(uri, 0) - first
                 window.start = start if start >= 0 else None
+                if window.middle is not None:
+                    middle = window.middle + docs.applied.get(uri, 0) - first
+                    window.middle = middle if middle >= 0 else None
             docs.applied[uri] = first
         for uri, shown in accepted:
             completer.accepted(shown, typed_after(self.document(uri), shown))

@@ -7,7 +7,9 @@ that names them). Each snapshots what it needs and hands the work to the server
 - Custom requests `ditto/stats` and `ditto/trace`; the notification `ditto/didMoveCursor`
   aims idle prefill; with the `debug_documents` setting (which a client can set only when
   the server runs as `ditto-lsp serve --debug-hooks`), `ditto/debug/document` answers the
-  server's text of an open document (tests compare it with a reference model of the edits).
+  server's text of an open document (tests compare it with a reference model of the edits); with
+  `debug_check_places`, `ditto/debug/checkPlace` finishes the generation answered at a deadline
+  for a document and compares it with the same generation uninterrupted (the editor replay's check).
 """
 
 from __future__ import annotations
@@ -27,6 +29,7 @@ STATS = "ditto/stats"
 TRACE = "ditto/trace"
 CURSOR = "ditto/didMoveCursor"  # notification {textDocument: {uri}, position}: aims idle prefill
 DEBUG_DOCUMENT = "ditto/debug/document"
+DEBUG_CHECK_PLACE = "ditto/debug/checkPlace"  # {uri}: does the last deadline + continuation there equal one generation?
 
 
 def _get(obj, *names, default=None):
@@ -154,6 +157,18 @@ def debug_document(ls, params):
     return None if doc is None else {"uri": uri, "version": doc.version, "text": doc.source}
 
 
+async def debug_check_place(ls, params):
+    if not ls.settings.debug_check_places:
+        raise JsonRpcMethodNotFound(f"{DEBUG_CHECK_PLACE} is off: needs `serve --debug-hooks` and debugCheckPlaces")
+    uri = _get(params, "uri")
+    if not isinstance(uri, str):
+        raise JsonRpcInvalidParams(f"{DEBUG_CHECK_PLACE}: uri must be a string")
+    completer = ls.completer
+    if completer is None or completer.engine is None:
+        return None
+    return await ls.scheduler.run(None, lambda cancel: completer.check_place(uri))
+
+
 def register(server) -> None:
     """Register every handler on `server` (a DittoServer)."""
     server.feature(types.INITIALIZE)(on_initialize)
@@ -169,6 +184,7 @@ def register(server) -> None:
     server.feature(STATS)(stats)
     server.feature(TRACE)(trace)
     server.feature(DEBUG_DOCUMENT)(debug_document)
+    server.feature(DEBUG_CHECK_PLACE)(debug_check_place)
 
 
 

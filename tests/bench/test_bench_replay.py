@@ -149,6 +149,8 @@ def test_replay_system_names():
     assert replay_system("ditto@512+qwen2.5-coder-1.5b") == ("ditto", 512)  # another model for this system
     assert replay_system("ditto-base") == ("ditto-base", None)  # another checkout's server (--baseline)
     assert replay_system("ditto-base@512") is None and replay_system("llama-server+default") is None
+    assert replay_system("ditto@320~similar+qwen2.5-coder-1.5b") == ("ditto", 320)  # a snippets source
+    assert replay_system("llama-server~similar") is None and replay_system("ditto~nearby") is None
     from ditto_bench.replay import replay_model
 
     assert replay_model("ditto@512+qwen2.5-coder-1.5b", "default") == "qwen2.5-coder-1.5b"
@@ -160,6 +162,7 @@ def test_replay_system_names():
 
     assert ditto_options("ditto") == {}
     assert ditto_options("ditto-nodraft@512") == {"drafter": "none", "contextTokens": 512}
+    assert ditto_options("ditto~similar") == {"snippets": "similar"}
 
 
 # -- llama.vim's requests ------------------------------------------------------------------------
@@ -321,6 +324,11 @@ def test_replay_summary_from_hand_made_records():
     assert d["vs_peer"]["warm_p50"] == round(1750 / 600, 3) and "vs_peer" not in p
     md = report.markdown({"meta": {"mode": "session", "replay": {"pause_scale": 1.0}}, "summary": s, "tasks": recs})
     assert "| ditto | cold | 2 | 4000 |" in md and "| llama-server | warm | 2 |" in md and "1/2 (50.0%)" in md
+    assert md.count("| – |") >= 6  # the continuation check was not run: no column value
+    recs[0]["continuation"] = {"identical": True}
+    recs[1]["continuation"] = {"identical": False}
+    assert metrics.summarise_replay(recs)["ditto"]["cold"]["continuations_identical"] == 1
+    assert "| 1/2 |" in report.replay_table(metrics.summarise_replay(recs))
 
 
 # -- end to end --------------------------------------------------------------------------------
@@ -436,8 +444,14 @@ def test_replay_end_to_end_on_the_default_model(repo, tmp_path):
     out = tmp_path / "out"
     rc = main(["bench", "--repo", str(repo), "--mode", "session", "--systems", "ditto,llama-server", "--model",
                "default", "--backend", "llama.cpp", "--max-tasks", "2", "--pause-scale", "0.1", "--cores", _cores(),
-               "--out", str(out)])
+               "--check-continuations", "--out", str(out)])
     assert rc == 0
     res = _check_run(out, ["ditto", "llama-server"])
     for system in ("ditto", "llama-server"):
         assert any(r["text"] for r in res["tasks"] if r["system"] == system)
+    # Every answer given at a deadline was checked against the same generation uninterrupted (issue 24).
+    paused = [r for r in res["tasks"] if r["system"] == "ditto" and r["stop_reason"] == "paused"]
+    assert paused and all(r["continuation"] and r["continuation"]["identical"] for r in paused)
+    g = res["summary"]["ditto"]["all"]
+    assert g["continuations_checked"] == g["continuations_identical"] == len(paused)
+    assert f"{len(paused)}/{len(paused)} |" in (out / "report.md").read_text()

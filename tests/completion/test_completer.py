@@ -80,7 +80,7 @@ def test_type_through_never_serves_other_surrounding_text(lm):
 
 def test_reused_cache_across_real_edits_gives_the_same_completion(lm):
     """KV reuse per document never changes a result: edits before, at and after the cursor, a new line, a paste."""
-    reuse, fresh = Completer(lm), Completer(lm)
+    reuse = Completer(lm)
     doc = "import os\n\n\ndef main(path):\n    data = os.listdir(path)\n    return da\n\nmain('.')\n"
     edits = [
         (5, 13, doc),
@@ -94,8 +94,13 @@ def test_reused_cache_across_real_edits_gives_the_same_completion(lm):
     for line, col, text in edits:
         lines = text.split("\n")
         col = min(col, len(lines[line]))
+        # The fresh completer gets the same prompt window (so the same prompt: lines typed at a place
+        # stay in its middle, context.py `_middle_from`) and no KV cache.
+        fresh = Completer(lm)
+        fresh._windows["main.py"] = copy.deepcopy(reuse.window("main.py"))
         a = reuse.complete(text, line, col, options=OPTS, cache_key="main.py")
-        b = fresh.complete(text, line, col, options=OPTS, cache_key=None)
+        b = fresh.complete(text, line, col, options=OPTS, cache_key="main.py")
+        assert a.typethrough or a.prompt.ids == b.prompt.ids
         if a.typethrough:
             continue
         assert a.completion.tokens == b.completion.tokens, (line, col)
@@ -317,3 +322,25 @@ def test_a_request_elsewhere_ends_the_paused_generation(lm):
     assert first.continuing and c.pending("a")
     c.complete(doc, 1, 4, options=DecodeOptions(max_new_tokens=4), cache_key="a")  # another place, same document
     assert not c.pending("a") and not c.continue_place("a")
+
+
+@pytest.mark.parametrize("doc,line,col", DEADLINE_DOCS)
+def test_check_place_compares_the_paused_generation_with_the_uninterrupted_one(lm, doc, line, col):
+    """The replay's check (`ditto/debug/checkPlace`): it finishes the paused generation, generates
+    the prompt again without a deadline, and says whether the tokens agree; a place whose
+    tokens were altered (as a broken resume would) is reported as not identical."""
+    opts = DecodeOptions(max_new_tokens=24, draft_max=4, adaptive=False, first_answer_s=0.0)
+    c = Completer(lm)
+    first = c.complete(doc, line, col, options=opts, drafter="ngram", cache_key="a")
+    if not first.continuing:
+        assert c.check_place("a") is None  # it never paused: nothing to check
+        return
+    got = c.check_place("a")
+    assert got is not None and got["identical"] and got["pauses"] >= 1 and got["tokens"] == got["uninterrupted_tokens"]
+    assert c.check_place("a") is None  # once
+    c.complete(doc, line, col, options=opts, drafter="ngram", cache_key="b")
+    place = c._places["b"]
+    while c.pending("b"):
+        c.continue_place("b")
+    place.completion.tokens[-1] = (place.completion.tokens[-1] + 1) % lm.vocab_size
+    assert c.check_place("b")["identical"] is False

@@ -191,3 +191,21 @@ def test_similar_snippets_pick_the_chunk_like_the_code_at_the_cursor_and_stay_pu
     q = build_prompt(lm, typed, 4, 14, others=others, path="main.py", budget=budget, window=window)
     head = p.ids[: p.ids.index(lm.fim.prefix)]
     assert q.ids[: len(head)] == head  # the snippets (the prompt's start) did not move
+
+
+def test_the_snippets_setting_shares_the_budget_with_the_lines_above():
+    from lsp_server.completion.context import ContextBudget
+    from lsp_server.settings import Settings, SettingsError
+
+    small = {s: ContextBudget.scaled(320, s) for s in ContextBudget.SOURCES}
+    assert small["heads"].snippets == small["none"].snippets == 0  # heads only from SNIPPETS_FROM on
+    assert small["similar"].snippets > 0 and small["similar"].snippet_source == "similar"
+    assert small["similar"].above + small["similar"].snippets == small["heads"].above  # same total, fewer lines above
+    big = {s: ContextBudget.scaled(2048, s) for s in ContextBudget.SOURCES}
+    assert big["heads"] == ContextBudget(total=2048, above=1536, below=64, snippets=352)
+    assert big["similar"].above == big["heads"].above and big["none"].snippets == 0
+    with pytest.raises(ValueError, match="snippets must be one of"):
+        ContextBudget.scaled(320, "nearby")
+    assert Settings().merged({"snippets": "similar"}).completer_settings().budget == small["similar"]
+    with pytest.raises(SettingsError, match="'snippets' must be heads, similar or none"):
+        Settings().merged({"snippets": "nearby"})

@@ -128,25 +128,35 @@ def test_prompt_prefix_survives_edits_tiny_tokenizer(tiny):
 
 def test_window_start_moves_in_coarse_steps_while_typing_down_the_file(tiny):
     """Sixty lines typed one after another: the start moves rarely, at multiples of chunk_lines,
-    and between moves every new prompt keeps >= 90% of the previous one."""
+    and between moves every new prompt keeps >= 90% of the previous one; the lines typed stay in
+    the middle (after the suffix: a new line costs its own tokens only) until they pass MIDDLE
+    tokens, and then the place moves on without moving the start."""
+    from lsp_server.completion.context import MIDDLE
+
     budget = ContextBudget(total=6144, above=4608, below=192, snippets=1056)
     w = Window()
     lines = LINES[:]
     line = positions()[3]
     prev = build_prompt(tiny, "\n".join(lines), line, len(lines[line]), budget=budget, window=w)
     starts = [prev.start_line]
-    moved = 0
+    moved = places = 0
+    new_line = len(tiny.encode(NEW_LINE + "\n"))
     for i in range(60):
         lines.insert(line + 1, NEW_LINE)
         line += 1
+        middle = w.middle
         p = build_prompt(tiny, "\n".join(lines), line, len(lines[line]), budget=budget, window=w)
         if p.start_line != starts[-1]:
             moved += 1
             assert p.start_line > starts[-1] and p.start_line % budget.chunk_lines == 0
-        else:
-            assert common(prev.ids, p.ids) / len(p.ids) >= 0.9
+        elif w.middle != middle:  # the place moved on: the prompt is the same up to the old place's suffix
+            places += 1
+            assert common(prev.ids, p.ids) >= prev.ids.index(tiny.fim.suffix) - MIDDLE
+        else:  # Enter at the place: the new line is the only new part
+            assert common(prev.ids, p.ids) >= len(prev.ids) - new_line and len(p.ids) == len(prev.ids) + new_line
         starts.append(p.start_line)
         prev = p
+    assert 1 <= places <= 60 * new_line // MIDDLE + 1
     typed = 60 * len(tiny.encode(NEW_LINE + "\n"))
     assert 1 <= moved <= typed // budget.room_for_slack() + 1, (moved, typed)
     assert w.anchored == moved + 1
@@ -169,12 +179,12 @@ def test_window_follows_the_cursor_far_away_and_back(tiny):
 
 
 def test_window_state_never_changes_the_prompt_of_a_given_start(tiny):
-    """A Window only chooses where the lines above start; its token cache changes nothing."""
+    """A Window only chooses where the lines above start and the middle starts; its token cache changes nothing."""
     budget = ContextBudget()
     w = Window()
     for line in (700, 705, 690, 702):
         p = build_prompt(tiny, TEXT, line, 3, budget=budget, window=w)
-        fresh = Window(start=p.start_line)
+        fresh = Window(start=p.start_line, middle=w.middle)
         assert build_prompt(tiny, TEXT, line, 3, budget=budget, window=fresh).ids == p.ids
 
 
@@ -228,3 +238,27 @@ def test_window_follows_its_lines_when_lines_are_added_above_it(tiny):
     shrunk = "\n".join(LINES[3:])
     again = build_prompt(tiny, shrunk, 1197, 0, budget=budget, window=w)
     assert again.start_line == before.start_line - 3 and again.ids == before.ids
+
+
+def test_lines_typed_at_a_place_stay_in_its_middle(tiny):
+    """Issue 24: after Enter at a place the prefix and the suffix are those of the place's first
+    request, the typed lines follow <fim_middle>; moving above the place starts a new one there."""
+    budget = ContextBudget()
+    w = Window()
+    lines = LINES[:]
+    at = positions()[2]
+    lines.insert(at, "        ")
+    first = build_prompt(tiny, "\n".join(lines), at, 8, path="conv.py", budget=budget, window=w)
+    middle = first.ids.index(tiny.fim.middle)
+    typed = ["        total = 0", "        for x in range(3):", "            total += x"]
+    for k, text in enumerate(typed):
+        lines[at + k] = text
+        lines.insert(at + k + 1, text[:12])
+        p = build_prompt(tiny, "\n".join(lines), at + k + 1, 12, path="conv.py", budget=budget, window=w)
+        assert p.ids[: middle + 1] == first.ids[: middle + 1]  # prefix, suffix: as at the place's first request
+        assert tiny.decode(p.ids[middle + 1 :]) == "\n".join(typed[: k + 1]) + "\n" + text[:12]
+        assert w.middle == at
+    up = build_prompt(tiny, "\n".join(lines), at - 3, 4, path="conv.py", budget=budget, window=w)
+    assert w.middle == at - 3 and tiny.decode(up.ids[up.ids.index(tiny.fim.middle) + 1 :]) == lines[at - 3][:4]
+    one_shot = build_prompt(tiny, "\n".join(lines), at + 3, 12, path="conv.py", budget=budget)
+    assert tiny.decode(one_shot.ids[one_shot.ids.index(tiny.fim.middle) + 1 :]) == lines[at + 3][:12]

@@ -47,6 +47,7 @@ CHANGED = {
     "draft_model": (["--draft-model", "qwen2.5-coder-1.5b"], "qwen2.5-coder-1.5b"),
     "max_tokens": (["--max-tokens", "32"], 32),
     "context_tokens": (["--context-tokens", "512"], 512),
+    "snippets": (["--snippets", "similar"], "similar"),
     "draft_max": (["--draft-max", "4"], 4),
     "temperature": (["--temperature", "0.5"], 0.5),
     "top_p": (["--top-p", "0.9"], 0.9),

@@ -36,6 +36,7 @@ export interface DittoSettings {
   remote: Record<string, unknown>;
   maxTokens: number;
   contextTokens: number;
+  snippets: string;
   draftMax: number;
   temperature: number;
   topP: number;
@@ -68,6 +69,7 @@ export const DEFAULTS: DittoSettings = {
   remote: {},
   maxTokens: 64,
   contextTokens: 320,
+  snippets: "heads",
   draftMax: 8,
   temperature: 0,
   topP: 1,
@@ -94,6 +96,7 @@ export const SERVER_KEYS = [
   "remote",
   "maxTokens",
   "contextTokens",
+  "snippets",
   "draftMax",
   "temperature",
   "topP",
@@ -153,6 +156,7 @@ export function readSettings(get: Getter): DittoSettings {
     remote: obj(get("remote")),
     maxTokens: num(get("maxTokens"), DEFAULTS.maxTokens, 1, true),
     contextTokens: num(get("contextTokens"), DEFAULTS.contextTokens, 64, true),
+    snippets: str(get("snippets"), DEFAULTS.snippets),
     draftMax: num(get("draftMax"), DEFAULTS.draftMax, 0, true),
     temperature: num(get("temperature"), DEFAULTS.temperature, 0, false),
     topP: typeof topP === "number" && topP > 0 && topP <= 1 ? topP : DEFAULTS.topP,

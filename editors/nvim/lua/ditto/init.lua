@@ -17,7 +17,7 @@ M.name = 'ditto'
 --- server's default holds. tests/lsp/test_settings_paths.py checks this list against the server's.
 M.server_options = {
   'model', 'device', 'dtype', 'backend', 'trust_remote_code', 'remote', 'drafter', 'draft_model', 'max_tokens',
-  'context_tokens', 'draft_max', 'temperature', 'top_p', 'top_k', 'seed', 'time_budget_s', 'multiline', 'adaptive', 'idle_prefill',
+  'context_tokens', 'snippets', 'draft_max', 'temperature', 'top_p', 'top_k', 'seed', 'time_budget_s', 'multiline', 'adaptive', 'idle_prefill',
   'first_answer_s', 'load_wait_s', 'index_memory_mb',
 }
 
@@ -33,6 +33,7 @@ M.server_options = {
 ---@field draft_model? string Draft model of the model and hybrid drafters (same tokenizer as model).
 ---@field max_tokens? integer Token budget of one suggestion.
 ---@field context_tokens? integer Prompt budget in tokens (smaller answers sooner at a new place).
+---@field snippets? string What of the other open buffers the prompt holds: heads | similar | none. Default 'heads'.
 ---@field draft_max? integer Longest draft verified in one model pass (0 = plain decoding).
 ---@field temperature? number 0 = greedy.
 ---@field top_p? number
