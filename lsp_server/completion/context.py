@@ -46,8 +46,8 @@ only when it must:
   ContextBudget).
 - Lines typed one after another at a place stay in the middle (`_middle_from`): the prefix
   ends, and the suffix starts, where the place was first asked, and Enter costs only the
-  new line. The place moves on when the cursor goes above it or its lines pass MIDDLE
-  tokens.
+  new line. The place moves on when the cursor goes above it, jumps more than two lines
+  down, or its lines pass MIDDLE tokens.
 
 The text-level stop rules of ghost text are lsp_server/completion/stops.py.
 Left out on purpose: the model, the engine, LSP types.
@@ -136,6 +136,7 @@ class Window:
     head: tuple[str, ...] = ()  # the text of the window's first lines, to follow them when lines above move
     chosen: tuple = ()  # (window start, buffer names, [(name, first line)]): retrieved snippets (retrieval.py)
     middle: int | None = None  # first line of the middle: lines typed at this place go after <fim_middle> (`_middle_from`)
+    last_line: int | None = None  # the cursor line of the last prompt
     # Token ids of recently used lines, by their text (tokenizing ~150 lines per keystroke
     # through a tokenizer wrapper costs ~20 ms; a line's ids depend on its text only).
     lines: dict[str, list[int]] = field(default_factory=dict, repr=False)
@@ -375,6 +376,7 @@ def healed_tail(lm, tail: str, heal: str) -> tuple[list[int], str]:
 _UNFIT = [-1]  # stands for the tokens of a line too long to tokenize (never enters a prompt)
 
 MIDDLE = 256  # tokens of lines typed at one place that the middle holds before the place moves on
+NEXT_LINES = 2  # a request this many lines below the last one (Enter, or Enter twice) stays at the place
 
 
 def _middle_from(enc, lines: list[str], window: Window | None, line: int) -> int:
@@ -386,17 +388,20 @@ def _middle_from(enc, lines: list[str], window: Window | None, line: int) -> int
     written that line, its tokens are the generated ones, already in the KV cache). That is
     fill-in-the-middle as the model learnt it: the middle is the text between prefix and
     suffix, and the lines typed so far are its start. The place moves on (the middle starts
-    at the cursor line) when the cursor goes above it, or the middle would exceed MIDDLE
-    tokens; the prompt then holds at most the budget's total again. A one-shot request (no
+    at the cursor line) when the cursor goes above it, or more than NEXT_LINES below the last
+    request (a jump, a paste), or the middle would exceed MIDDLE tokens; the prompt then holds
+    at most the budget's total again. A one-shot request (no
     `window`) has no middle lines. Lines added or removed above the window move the place with it."""
     if window is None:
         return line
-    a = window.middle
-    if a is not None and window.start is not None:  # lines added or removed above the window: the place moves with it
-        a += (_followed(lines, window) or 0) - window.start
-    if a is None or a > line or line - a > MIDDLE or sum(len(enc(i)) for i in range(a, line)) > MIDDLE:
+    a, last = window.middle, window.last_line
+    if a is not None and last is not None and window.start is not None:  # lines added or removed above the window:
+        shift = (_followed(lines, window) or 0) - window.start  # the place moves with it
+        a, last = a + shift, last + shift
+    if a is None or last is None or a > line or not 0 <= line - last <= NEXT_LINES or line - a > MIDDLE \
+            or sum(len(enc(i)) for i in range(a, line)) > MIDDLE:
         a = line
-    window.middle = a
+    window.middle, window.last_line = a, line
     return a
 
 

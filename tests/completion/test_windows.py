@@ -248,7 +248,9 @@ def test_lines_typed_at_a_place_stay_in_its_middle(tiny):
     lines = LINES[:]
     at = positions()[2]
     lines.insert(at, "        ")
+    build_prompt(tiny, "\n".join(lines), at - 40, 0, path="conv.py", budget=budget, window=w)  # (an earlier place)
     first = build_prompt(tiny, "\n".join(lines), at, 8, path="conv.py", budget=budget, window=w)
+    assert w.middle == at  # a jump down is a new place, however few tokens lie between
     middle = first.ids.index(tiny.fim.middle)
     typed = ["        total = 0", "        for x in range(3):", "            total += x"]
     for k, text in enumerate(typed):
