@@ -319,8 +319,11 @@ def build_prompt(lm, text: str, line: int, col: int, others: list[tuple[str, str
         below_kept += part
     head: list[int] = []
     names: list[str] = []
-    if fim is not None and others and fim.file_sep is not None and snippet_room > 0 and b.snippet_source == "similar":
-        others = _similar(others, lines, start, line, typed, window)
+    if fim is not None and fim.file_sep is not None and snippet_room > 0 and b.snippet_source == "similar":
+        # This document's lines above the window are searched too (code repeats within a file: a sync
+        # and an async twin, a sibling test); only those, so a choice stays right while the user types.
+        own = [(path or "untitled", "\n".join(lines[:start]))] if start > 0 else []
+        others = _similar([*(others or []), *own], lines, start, line, typed, window)
     if fim is not None and others and fim.file_sep is not None:
         room = snippet_room
         for name, other in others:
@@ -407,8 +410,9 @@ def _middle_from(enc, lines: list[str], window: Window | None, line: int) -> int
 
 def _similar(others: list[tuple[str, str]], lines: list[str], start: int, line: int, typed: str,
              window: Window | None) -> list[tuple[str, str]]:
-    """Chunks of the other buffers most like the lines-above window (lsp_server/completion/retrieval.py),
-    as (name, chunk text) snippets; chosen again only when the window moves or the buffers change."""
+    """Chunks of `others` (the other buffers, and this one above its window) most like the lines-above
+    window (lsp_server/completion/retrieval.py), as (name, chunk text) snippets; chosen again only
+    when the window moves or the buffers change."""
     from lsp_server.completion.retrieval import chunk_text, ranked_chunks
 
     key = (start, tuple(sorted(n for n, _ in others)))

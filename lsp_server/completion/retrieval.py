@@ -1,7 +1,8 @@
 """Snippets of other open buffers chosen by similarity to the code around the cursor (as Continue
 and Tabby do), the alternative to the head of each buffer (`ContextBudget.snippet_source`).
 
-Each other buffer is cut into chunks of `CHUNK_LINES` lines; a chunk's score is the Jaccard
+The document's own lines above its prompt window are one more buffer here (context.py). Each
+buffer is cut into chunks of `CHUNK_LINES` lines; a chunk's score is the Jaccard
 similarity of its identifiers (words of three characters or more) with those of the query (the
 lines-above window and the typed text). The best chunks come first, while they fit. So that the
 prompt's start stays the same while the user edits (its KV cache is reused), the choice is kept

@@ -209,3 +209,24 @@ def test_the_snippets_setting_shares_the_budget_with_the_lines_above():
     assert Settings().merged({"snippets": "similar"}).completer_settings().budget == small["similar"]
     with pytest.raises(SettingsError, match="'snippets' must be heads, similar or none"):
         Settings().merged({"snippets": "nearby"})
+
+
+def test_similar_snippets_search_this_document_above_its_window():
+    """A sync twin far above the window (as in httpx's _client.py) is found with no other buffer open."""
+    from lsp_server.backends.tiny import tiny_random
+    from lsp_server.completion.context import ContextBudget, Window
+
+    twin = ("def send_request(client, request, timeout):\n    response = client.transport.handle_request(request)\n"
+            "    response.raise_for_status()\n    return response\n")
+    filler = "".join(f"value_{i} = {i}\n" for i in range(120))
+    doc = twin + filler + "async def send_request_async(client, request, timeout):\n    response = \n"
+    line = doc.count("\n") - 1
+    lm = tiny_random()
+    budget = ContextBudget(total=256, above=128, below=16, snippets=96, snippet_source="similar")
+    w = Window()
+    p = build_prompt(lm, doc, line, 15, path="client.py", budget=budget, window=w)
+    assert p.start_line > 4 and p.snippets == ["client.py"]
+    assert "client.py\ndef send_request(client" in lm.decode(p.ids[: p.ids.index(lm.fim.prefix)])
+    heads = build_prompt(lm, doc, line, 15, path="client.py", budget=ContextBudget(total=256, above=128, below=16,
+                                                                                     snippets=96), window=Window())
+    assert heads.snippets == []  # heads: other buffers only
