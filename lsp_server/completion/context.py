@@ -90,7 +90,7 @@ class ContextBudget:
         return self.above // 6 if self.slack is None else max(0, min(self.slack, self.above))
 
     SNIPPETS_FROM = 1024  # smaller totals give other buffers no room (below)
-    DEFAULT_TOTAL = 320  # the `context_tokens` default (lsp_server/settings.py): the server's and Completer's budget
+    DEFAULT_TOTAL = 256  # the `context_tokens` default (lsp_server/settings.py): the server's and Completer's budget
 
     @classmethod
     def default(cls) -> "ContextBudget":

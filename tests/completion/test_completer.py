@@ -201,7 +201,7 @@ def test_window_reuse_paths_give_the_fresh_result(lm, drafter):
         c.settings.type_through = False  # every request goes through the model
         c.settings.drafter = drafter
         # A GPU-sized prompt (2,048 tokens): the shares below are of a long prompt, where an edit
-        # near the cursor leaves most of it cached (at the CPU default of 320 a typed word is ~12%).
+        # near the cursor leaves most of it cached (at the small CPU default a typed word is a larger share).
         c.settings.budget = ContextBudget()
     opts = DecodeOptions(max_new_tokens=10, draft_max=4 if drafter == "ngram" else 0, prefill_chunk=64)
     line = 600

@@ -30,7 +30,9 @@ def test_split_at_positions_and_errors():
 
 
 def test_fim_layout_puts_the_typed_text_last(lm):
-    p = build_prompt(lm, DOC, 1, 8)
+    from lsp_server.completion.context import ContextBudget
+
+    p = build_prompt(lm, DOC, 1, 8, budget=ContextBudget.scaled(320))  # room for all the lines below
     fim = lm.fim
     ids = p.ids
     assert ids.index(fim.prefix) < ids.index(fim.suffix) < ids.index(fim.middle)
@@ -206,7 +208,8 @@ def test_the_snippets_setting_shares_the_budget_with_the_lines_above():
     assert big["similar"].above == big["heads"].above and big["none"].snippets == 0
     with pytest.raises(ValueError, match="snippets must be one of"):
         ContextBudget.scaled(320, "nearby")
-    assert Settings().merged({"snippets": "similar"}).completer_settings().budget == small["similar"]
+    assert Settings().merged({"snippets": "similar"}).completer_settings().budget == \
+        ContextBudget.scaled(Settings.context_tokens, "similar")
     with pytest.raises(SettingsError, match="'snippets' must be heads, similar or none"):
         Settings().merged({"snippets": "nearby"})
 

@@ -68,7 +68,7 @@ export const DEFAULTS: DittoSettings = {
   trustRemoteCode: false,
   remote: {},
   maxTokens: 64,
-  contextTokens: 320,
+  contextTokens: 256,
   snippets: "heads",
   draftMax: 8,
   temperature: 0,
