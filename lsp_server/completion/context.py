@@ -402,8 +402,8 @@ def _middle_from(enc, lines: list[str], window: Window | None, line: int) -> int
         shift = (_followed(lines, window) or 0) - window.start  # the place moves with it
         a, last = a + shift, last + shift
     if a is None or last is None or a > line or not 0 <= line - last <= NEXT_LINES or line - a > MIDDLE \
-            or sum(len(enc(i)) for i in range(a, line)) > MIDDLE:
-        a = line
+            or sum(len(enc(i)) for i in range(a, line)) > MIDDLE or any(enc(i)[:1] == _UNFIT for i in range(a, line)):
+        a = line  # (a line too long to tokenize never enters the middle: it goes where the window leaves it out)
     window.middle, window.last_line = a, line
     return a
 

@@ -264,3 +264,16 @@ def test_lines_typed_at_a_place_stay_in_its_middle(tiny):
     assert w.middle == at - 3 and tiny.decode(up.ids[up.ids.index(tiny.fim.middle) + 1 :]) == lines[at - 3][:4]
     one_shot = build_prompt(tiny, "\n".join(lines), at + 3, 12, path="conv.py", budget=budget)
     assert tiny.decode(one_shot.ids[one_shot.ids.index(tiny.fim.middle) + 1 :]) == lines[at + 3][:12]
+
+
+def test_a_line_too_long_to_tokenize_never_enters_the_middle(tiny):
+    budget = ContextBudget.default()  # a small budget: such a line stands for fewer tokens than MIDDLE
+    w = Window()
+    lines = LINES[:]
+    at = positions()[2]
+    lines.insert(at, "        x = 1")
+    build_prompt(tiny, "\n".join(lines), at, 13, budget=budget, window=w)
+    lines[at] = "        x = [" + ", ".join(str(i) for i in range(2000)) + "]"  # a paste: one huge line
+    lines.insert(at + 1, "        y")
+    p = build_prompt(tiny, "\n".join(lines), at + 1, 9, budget=budget, window=w)
+    assert -1 not in p.ids and w.middle == at + 1
