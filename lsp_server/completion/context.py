@@ -46,8 +46,9 @@ only when it must:
   ContextBudget).
 - Lines typed one after another at a place stay in the middle (`_middle_from`): the prefix
   ends, and the suffix starts, where the place was first asked, and Enter costs only the
-  new line. The place moves on when the cursor goes above it, jumps more than two lines
-  down, or its lines pass MIDDLE tokens.
+  new line. The place moves on when the text after the cursor is not the place's any more
+  (the cursor moved; typing new lines keeps it), the cursor goes above the place or jumps
+  more than two lines down, or its lines pass MIDDLE tokens.
 
 The text-level stop rules of ghost text are lsp_server/completion/stops.py.
 Left out on purpose: the model, the engine, LSP types.
@@ -124,7 +125,14 @@ class ContextBudget:
             above -= share
         return cls(total=total, above=above, below=min(full.below, max(8, total // 16)), snippets=share,
                    snippet_source="similar" if snippets == "similar" else "heads",
-                   chunk_lines=max(2, min(full.chunk_lines, above // 60)))
+                   chunk_lines=_power_of_two(max(2, min(full.chunk_lines, above // 60))))
+
+
+def _power_of_two(n: int) -> int:
+    """The largest power of two <= n: window starts then fall on the grid of the server's snapshot
+    windows of long documents too (lsp_server/lsp/documents.py WINDOW_GRID, a multiple of it), so a
+    prompt through a snapshot is the prompt of the whole text."""
+    return 1 << (max(1, n).bit_length() - 1)
 
 
 @dataclass
@@ -137,6 +145,7 @@ class Window:
     chosen: tuple = ()  # (window start, buffer names, [(name, first line)]): retrieved snippets (retrieval.py)
     middle: int | None = None  # first line of the middle: lines typed at this place go after <fim_middle> (`_middle_from`)
     last_line: int | None = None  # the cursor line of the last prompt
+    suffix: str | None = None  # the text after the cursor that prompt held (the place's, while lines are typed there)
     # Token ids of recently used lines, by their text (tokenizing ~150 lines per keystroke
     # through a tokenizer wrapper costs ~20 ms; a line's ids depend on its text only).
     lines: dict[str, list[int]] = field(default_factory=dict, repr=False)
@@ -297,13 +306,6 @@ def build_prompt(lm, text: str, line: int, col: int, others: list[tuple[str, str
             cache[i] = encode(part) if len(part) <= too_long else _UNFIT * (above_budget + 1)
         return cache[i]
 
-    mid = _middle_from(enc, lines, window, line) if fim is not None else line
-    start, _ = _above_start(enc, lines, mid, above_budget, min(b.room_for_slack(), above_budget), b.chunk_lines,
-                            window)
-    above_ids = [t for i in range(start, mid) for t in enc(i)]
-    above_kept = "".join(lines[i] + "\n" for i in range(start, mid))
-    middle_ids = [t for i in range(mid, line) for t in enc(i)]
-    above_kept += "".join(lines[i] + "\n" for i in range(mid, line))
     # Rest of the cursor line and lines below: whole lines from the top down.
     below_ids: list[int] = []
     below_kept = ""
@@ -317,6 +319,13 @@ def build_prompt(lm, text: str, line: int, col: int, others: list[tuple[str, str
             break
         below_ids.extend(ids)
         below_kept += part
+    mid = _middle_from(enc, lines, window, line, below_kept) if fim is not None else line
+    start, _ = _above_start(enc, lines, mid, above_budget, min(b.room_for_slack(), above_budget), b.chunk_lines,
+                            window)
+    above_ids = [t for i in range(start, mid) for t in enc(i)]
+    above_kept = "".join(lines[i] + "\n" for i in range(start, mid))
+    middle_ids = [t for i in range(mid, line) for t in enc(i)]
+    above_kept += "".join(lines[i] + "\n" for i in range(mid, line))
     head: list[int] = []
     names: list[str] = []
     if fim is not None and fim.file_sep is not None and snippet_room > 0 and b.snippet_source == "similar":
@@ -382,7 +391,7 @@ MIDDLE = 256  # tokens of lines typed at one place that the middle holds before 
 NEXT_LINES = 2  # a request this many lines below the last one (Enter, or Enter twice) stays at the place
 
 
-def _middle_from(enc, lines: list[str], window: Window | None, line: int) -> int:
+def _middle_from(enc, lines: list[str], window: Window | None, line: int, suffix: str) -> int:
     """The first line of the middle for a cursor on `line`: where the user started typing at this place.
 
     Lines typed one after another at a place go after <fim_middle>, before the text typed on the
@@ -391,9 +400,11 @@ def _middle_from(enc, lines: list[str], window: Window | None, line: int) -> int
     written that line, its tokens are the generated ones, already in the KV cache). That is
     fill-in-the-middle as the model learnt it: the middle is the text between prefix and
     suffix, and the lines typed so far are its start. The place moves on (the middle starts
-    at the cursor line) when the cursor goes above it, or more than NEXT_LINES below the last
-    request (a jump, a paste), or the middle would exceed MIDDLE tokens; the prompt then holds
-    at most the budget's total again. A one-shot request (no
+    at the cursor line) when the text after the cursor (`suffix`, as the prompt holds it) is
+    not the place's any more (the cursor moved, or an edit elsewhere: typing new lines keeps
+    it), when the cursor goes above the place or more than NEXT_LINES below the last request,
+    or when the middle would exceed MIDDLE tokens; the prompt then holds at most the budget's
+    total again. A one-shot request (no
     `window`) has no middle lines. Lines added or removed above the window move the place with it."""
     if window is None:
         return line
@@ -402,9 +413,10 @@ def _middle_from(enc, lines: list[str], window: Window | None, line: int) -> int
         shift = (_followed(lines, window) or 0) - window.start  # the place moves with it
         a, last = a + shift, last + shift
     if a is None or last is None or a > line or not 0 <= line - last <= NEXT_LINES or line - a > MIDDLE \
-            or sum(len(enc(i)) for i in range(a, line)) > MIDDLE or any(enc(i)[:1] == _UNFIT for i in range(a, line)):
+            or suffix != window.suffix or sum(len(enc(i)) for i in range(a, line)) > MIDDLE \
+            or any(enc(i)[:1] == _UNFIT for i in range(a, line)):
         a = line  # (a line too long to tokenize never enters the middle: it goes where the window leaves it out)
-    window.middle, window.last_line = a, line
+    window.middle, window.last_line, window.suffix = a, line, suffix
     return a
 
 

@@ -128,9 +128,10 @@ class DocumentsMixin:
             if window is not None and window.start is not None:
                 start = window.start + docs.applied.get(uri, 0) - first
                 window.start = start if start >= 0 else None
-                if window.middle is not None:
-                    middle = window.middle + docs.applied.get(uri, 0) - first
-                    window.middle = middle if middle >= 0 else None
+                shift = docs.applied.get(uri, 0) - first
+                if window.middle is not None and window.last_line is not None:  # the place moves with it
+                    middle, last = window.middle + shift, window.last_line + shift
+                    window.middle, window.last_line = (middle, last) if middle >= 0 else (None, None)
             docs.applied[uri] = first
         for uri, shown in accepted:
             completer.accepted(shown, typed_after(self.document(uri), shown))
