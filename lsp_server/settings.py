@@ -56,8 +56,8 @@ class Settings:
     draft_model: str = "qwen2.5-coder-0.5b"  # model spec of the model / hybrid drafters (same tokenizer as model)
     max_tokens: int = 64  # token budget of one suggestion
     # Prompt budget in tokens (completion/context.py ContextBudget.scaled). A place not visited yet costs its
-    # whole prompt in prefill. On one core of the development machine 256 answered there in 2.6-2.9 s at p50
-    # (320: 2.7-3.4 s, more often right), 3.3-5.3x sooner than llama.cpp's server with llama.vim's prompt
+    # whole prompt in prefill. On one core of the development machine 256 answered there in 2.6-3.3 s at p50
+    # (320: 2.7-4.1 s, more often right on httpx), 3.3-6.1x sooner than llama.cpp's server with llama.vim's prompt
     # (docs/perf/README.md has the frontier); with a GPU, raise it (2048 fills a prompt in well under a second there).
     context_tokens: int = ContextBudget.DEFAULT_TOTAL
     # What of the other open buffers the prompt holds (completion/context.py ContextBudget.scaled): heads = each

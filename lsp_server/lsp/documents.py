@@ -126,9 +126,8 @@ class DocumentsMixin:
         for uri, first in moved.items():  # the snapshot window moved: its prompt window moves with it
             window = getattr(completer, "_windows", {}).get(buffer_name(uri))
             if window is not None and window.start is not None:
-                start = window.start + docs.applied.get(uri, 0) - first
-                window.start = start if start >= 0 else None
                 shift = docs.applied.get(uri, 0) - first
+                window.start = window.start + shift if window.start + shift >= 0 else None
                 if window.middle is not None and window.last_line is not None:  # the place moves with it
                     middle, last = window.middle + shift, window.last_line + shift
                     window.middle, window.last_line = (middle, last) if middle >= 0 else (None, None)
