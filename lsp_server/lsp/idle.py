@@ -6,7 +6,8 @@ In order (after one slice of indexing, so that it goes on however often requests
    while the document still fits it (what was typed since is the start of the suggestion):
    the next request there is then served from it at once;
 2. prefill the prompt of the place the user is at (the newest aim), so the next request there
-   prefills nothing.
+   prefills nothing. Where the user typed something other than the paused suggestion, this
+   ends that generation (it could serve no request there) instead of leaving the pause idle.
 3. index the open buffers for the drafter, a slice at a time (lsp_server/lsp/documents.py
    `index_while_idle`; a request waits for at most one slice).
 
@@ -81,8 +82,10 @@ class IdleMixin:
         doc = self.document(snap.uri)
         if doc is None or doc.version != snap.version:
             return  # the document moved on; a newer aim follows
-        if completer.pending(snap.uri):
+        if completer.pending(snap.uri) and self._fits(snap):
             return  # prefilling here would end the paused generation (the request there resumes it)
+        # A paused generation the user typed past (its text is not what was typed) can serve no
+        # request: warming the new prompt ends it and keeps its prompt's cache for the new one.
         self._apply_dirty(completer)
         completer.settings = self.settings.completer_settings()
         self._idle_cancel, self._step_uri = cancel, snap.uri

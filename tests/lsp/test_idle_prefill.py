@@ -19,7 +19,7 @@ import pytest_lsp
 from lsprotocol import types
 from pytest_lsp import ClientServerConfig, LanguageClient
 
-from test_server import TIMEOUT, inline, plain, stats, trace, wait_progress_end
+from test_server import TIMEOUT, inline, items_of, plain, stats, trace, wait_progress_end
 
 pytestmark = pytest.mark.asyncio(loop_scope="module")
 
@@ -120,5 +120,39 @@ async def test_a_request_during_idle_prefill_waits_for_at_most_one_idle_pass(cli
         s = (await trace(client, uri))["stats"]
         assert s["reused_tokens"] > 0  # what idle prefill did before the request was kept
         assert (await stats(client))["idle_prefill"]["stopped"] >= 1
+    finally:
+        client.workspace_did_change_configuration(types.DidChangeConfigurationParams(settings=FAST))
+
+
+
+
+async def test_a_paused_suggestion_typed_past_does_not_stop_idle_prefill(client: LanguageClient):
+    """A suggestion answered at its deadline pauses its generation, to be finished while idle.
+    When the user has typed something else, that generation can serve nothing there: idle
+    prefill must warm the new prompt instead of keeping the pause (it did nothing, and the next
+    request prefilled the typed line itself). The edit is sent while the request still runs
+    (slow passes), so no idle work can finish the generation before the edit is known."""
+    uri = "file:///tmp/ditto-idle/typed-past.py"
+    client.workspace_did_change_configuration(types.DidChangeConfigurationParams(
+        settings={**FAST, "maxTokens": 64, "firstAnswerS": 0.0, "debugStepDelayMs": 200}))
+    try:
+        open_doc(client, uri, DOC)
+        line = len(LINES) * 2  # the empty line at the end: nothing after the cursor to stop at
+        first = inline(client, uri, line, 0)
+        await asyncio.sleep(0.05)  # sent (inline sends on the next turn of the loop), then the edit
+        client.text_document_did_change(types.DidChangeTextDocumentParams(
+            text_document=types.VersionedTextDocumentIdentifier(uri=uri, version=2),
+            content_changes=[types.TextDocumentContentChangePartial(
+                range=types.Range(start=types.Position(line=line, character=0),
+                                  end=types.Position(line=line, character=0)),
+                text="ZZZ = compute(1)\nQ")]))  # a whole line and the start of the next
+        idle_before = (await stats(client))["idle_prefill"]
+        assert await asyncio.wait_for(first, TIMEOUT) is None  # answered for the text before the edit
+        t = await trace(client, uri)
+        assert t["stop_reason"] == "paused" and not t["text"].startswith("ZZZ"), t  # what the test needs
+        await idle_done(client, idle_before, 1)
+        await asyncio.wait_for(inline(client, uri, line + 1, 1), TIMEOUT)
+        s = (await trace(client, uri))["stats"]
+        assert s["prefill_tokens"] == 0 and s["reused_tokens"] > 0, s  # the typed line was warmed while idle
     finally:
         client.workspace_did_change_configuration(types.DidChangeConfigurationParams(settings=FAST))
