@@ -455,3 +455,20 @@ def test_replay_end_to_end_on_the_default_model(repo, tmp_path):
     g = res["summary"]["ditto"]["all"]
     assert g["continuations_checked"] == g["continuations_identical"] == len(paused)
     assert f"{len(paused)}/{len(paused)} |" in (out / "report.md").read_text()
+
+
+def test_truth_lines_says_where_each_true_line_already_stands():
+    from ditto_bench.truth_lines import where
+
+    doc = "def a(x):\n    x = 1\n    return x\n" + "# pad\n" * 30 + "def b(y):\n\n"
+    line = doc.split("\n").index("def b(y):") + 1
+    task = Task(id=f"abc:m.py:{line + 1}", repo="/nowhere", commit="abc", parent="abb", subject="s", date=0,
+                path="m.py", language="python", line=line, col=0, document=doc,
+                truth="    y = 1\n    return x\n    # pad\n    helper(y)\n    nothing_like_it()")
+    session = Session("abc:m.py", "m.py", doc, [Block(task, line)], [("util.py", "def helper(x):\n    helper(y)\n")])
+    rows = where(script(session), near=20)
+    got = [(r["kind"], r["true_line"], r["where"]) for r in rows]
+    assert got == [("cold", "y = 1", "nowhere"), ("warm", "y = 1", "nowhere"),
+                   ("warm", "return x", "above"), ("warm", "# pad", "near"),
+                   ("warm", "helper(y)", "other"), ("warm", "nothing_like_it()", "nowhere")]
+    assert rows[2]["distance"] > 20 and rows[3]["distance"] <= 20
