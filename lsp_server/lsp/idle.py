@@ -43,6 +43,12 @@ class IdleMixin:
         self._aim = snap
         self._schedule_idle()
 
+    def request_made(self) -> None:
+        """A request came: an aim made before it is where the user was, and the request prefills
+        where the user is. Left in place, idle work after the answer would warm that older place
+        into the document's cache and end the answer's paused generation."""
+        self._aim = None
+
     def continue_later(self, uri: str) -> None:
         """The suggestion answered for `uri` paused at its deadline: finish it while idle."""
         self._continue_uri = uri

@@ -44,10 +44,7 @@ class SuggestMixin:
             c.not_ready += 1
             return None
         t0 = time.perf_counter()
-        # An aim made before this request is where the user was: this request prefills where the
-        # user is. Left in place, idle work after the answer would warm the older place into this
-        # document's cache and drop the answer's paused generation (lsp_server/lsp/idle.py).
-        self._aim = None
+        self.request_made()  # older aims are where the user was (lsp_server/lsp/idle.py)
         settings = self.settings
         options = settings.decode_options()
 

@@ -95,19 +95,15 @@ class RealTokenizer:
 @pytest.fixture(scope="module")
 def real():
     from lsp_server.backends.base import ModelError
-    from lsp_server.backends.packaged import DEFAULT_SPEC, PACKAGED, converted_dir, is_converted, packaged_gguf
-    from lsp_server.backends.torch.loading import _convert
+    from lsp_server.backends.packaged import DEFAULT_SPEC, PACKAGED
+    from lsp_server.backends.torch.loading import converted_packaged
 
-    pm = PACKAGED[DEFAULT_SPEC]
-    directory = converted_dir(pm.name, pm.sha256)
-    if not is_converted(directory):
-        # On a fresh machine (CI) the README set-up installed the packages but nothing converted
-        # them yet: convert here, as loading the model on torch would, rather than skip.
-        quiet = lambda message, fraction=None: None  # noqa: E731
-        try:
-            _convert(packaged_gguf(pm, quiet), directory, pm.title, pm.sha256, quiet)
-        except ModelError as err:
-            pytest.skip(f"the default model is not installed (README set-up): {err}")
+    # On a fresh machine (CI) the README set-up installed the packages but nothing converted them
+    # yet: convert here, as loading the model on torch would, rather than skip.
+    try:
+        directory = converted_packaged(PACKAGED[DEFAULT_SPEC], lambda message, fraction=None: None)
+    except ModelError as err:
+        pytest.skip(f"the default model is not installed (README set-up): {err}")
     return RealTokenizer(directory)
 
 

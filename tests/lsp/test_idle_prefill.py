@@ -19,7 +19,7 @@ import pytest_lsp
 from lsprotocol import types
 from pytest_lsp import ClientServerConfig, LanguageClient
 
-from test_server import TIMEOUT, inline, items_of, plain, stats, trace, wait_progress_end
+from test_server import TIMEOUT, inline, plain, stats, trace, wait_progress_end
 
 pytestmark = pytest.mark.asyncio(loop_scope="module")
 
@@ -124,8 +124,6 @@ async def test_a_request_during_idle_prefill_waits_for_at_most_one_idle_pass(cli
         client.workspace_did_change_configuration(types.DidChangeConfigurationParams(settings=FAST))
 
 
-
-
 async def test_a_paused_suggestion_typed_past_does_not_stop_idle_prefill(client: LanguageClient):
     """A suggestion answered at its deadline pauses its generation, to be finished while idle.
     When the user has typed something else, that generation can serve nothing there: idle
@@ -147,7 +145,7 @@ async def test_a_paused_suggestion_typed_past_does_not_stop_idle_prefill(client:
                                   end=types.Position(line=line, character=0)),
                 text="ZZZ = compute(1)\nQ")]))  # a whole line and the start of the next
         idle_before = (await stats(client))["idle_prefill"]
-        assert await asyncio.wait_for(first, TIMEOUT) is None  # answered for the text before the edit
+        await asyncio.wait_for(first, TIMEOUT)  # (stale, dropped, when the edit came first: either way paused)
         t = await trace(client, uri)
         assert t["stop_reason"] == "paused" and not t["text"].startswith("ZZZ"), t  # what the test needs
         await idle_done(client, idle_before, 1)

@@ -58,11 +58,16 @@ def choose_dtype(dtype: str | None, device: torch.device) -> torch.dtype:
     return torch.bfloat16 if device.type == "cuda" else torch.float32
 
 
-def load_packaged(pm: PackagedModel, dev, dt, say: Progress) -> TorchModel:
+def converted_packaged(pm: PackagedModel, say: Progress) -> Path:
+    """The directory of `pm` converted for transformers, converted now (once) if it is not yet."""
     directory = converted_dir(pm.name, pm.sha256)
     if not is_converted(directory):
         _convert(packaged_gguf(pm, say), directory, pm.title, pm.sha256, say)
-    return _load_dir(directory, pm.name, pm.title, dev, dt, False, say)
+    return directory
+
+
+def load_packaged(pm: PackagedModel, dev, dt, say: Progress) -> TorchModel:
+    return _load_dir(converted_packaged(pm, say), pm.name, pm.title, dev, dt, False, say)
 
 
 def load_gguf_file(path: Path, spec: str, dev, dt, say: Progress) -> TorchModel:
