@@ -86,10 +86,12 @@ class ContextBudget:
     snippet_source: str = "heads"  # heads: each buffer's start; similar: chunks like the code around the cursor
     slack: int | None = None  # room left below the lines-above window when it is re-anchored; None: above // 6
     chunk_lines: int = 8  # the lines-above window starts at a multiple of this when it can
+    repeat: int = 0  # of which what followed the lines above the cursor elsewhere in the file (`_repeat_ids`)
 
     def room_for_slack(self) -> int:
         return self.above // 6 if self.slack is None else max(0, min(self.slack, self.above))
 
+    REPEAT_MAX = 128  # `repeat` at most (what followed one match; its lines nearest the match count most)
     SNIPPETS_FROM = 1024  # smaller totals give other buffers no room (below)
     DEFAULT_TOTAL = 256  # the `context_tokens` default (lsp_server/settings.py): the server's and Completer's budget
 
@@ -124,6 +126,7 @@ class ContextBudget:
         if total < cls.SNIPPETS_FROM:  # below it the lines above and the snippets would not both fit
             above -= share
         return cls(total=total, above=above, below=min(full.below, max(8, total // 16)), snippets=share,
+                   repeat=min(cls.REPEAT_MAX, total // 4),
                    snippet_source="similar" if snippets == "similar" else "heads",
                    chunk_lines=_power_of_two(max(2, min(full.chunk_lines, above // 60))))
 
@@ -143,6 +146,7 @@ class Window:
     anchored: int = 0  # times the start was chosen afresh (the first time included)
     head: tuple[str, ...] = ()  # the text of the window's first lines, to follow them when lines above move
     chosen: tuple = ()  # (window start, buffer names, [(name, first line)]): retrieved snippets (retrieval.py)
+    repeat: tuple = ()  # (middle line, lines): what followed the lines above the cursor further up (`_repeat_ids`)
     middle: int | None = None  # first line of the middle: lines typed at this place go after <fim_middle> (`_middle_from`)
     last_line: int | None = None  # the cursor line of the last prompt
     suffix: str | None = None  # the text after the cursor that prompt held (the place's, while lines are typed there)
@@ -328,6 +332,25 @@ def build_prompt(lm, text: str, line: int, col: int, others: list[tuple[str, str
     above_kept += "".join(lines[i] + "\n" for i in range(mid, line))
     head: list[int] = []
     names: list[str] = []
+    repeat: list[int] = []
+    if fim is not None and b.repeat > 0:
+        repeat = _repeat_ids(lm, encode, lines, line, typed, start, mid, line + below_kept.count("\n"),
+                             path or "untitled", b.repeat, window)
+        # It fits in the total by leaving out the top lines of the window above (the lines nearest the
+        # cursor stay); the same lines each time while the place stays, so the prompt does not move.
+        free = (b.total - len(header) - specials - len(above_ids) - len(below_ids)
+                - min(TYPED_RESERVE, b.total // 8) - snippet_room)
+        cut = 0
+        while len(repeat) > free and start < mid:
+            n = len(enc(start))
+            free += n
+            start += 1
+            above_kept = above_kept[len(lines[start - 1]) + 1:]
+            cut += n
+        if cut:
+            above_ids = above_ids[cut:]
+        if len(repeat) > free:
+            repeat = []
     if fim is not None and fim.file_sep is not None and snippet_room > 0 and b.snippet_source == "similar":
         # This document's lines above the window are searched too (code repeats within a file: a sync
         # and an async twin, a sibling test); only those, so a choice stays right while the user types.
@@ -346,13 +369,13 @@ def build_prompt(lm, text: str, line: int, col: int, others: list[tuple[str, str
             room -= len(ids)
     head.extend(header)
     # The typed text comes last and takes what the total leaves (its end, nearest the cursor).
-    left = b.total - len(head) - specials - len(above_ids) - (len(below_ids) if fim is not None else 0)
+    left = b.total - len(head) - specials - len(repeat) - len(above_ids) - (len(below_ids) if fim is not None else 0)
     typed_ids, healed = healed_tail(lm, typed[-(4 * left + 64) :] if left > 0 else "", heal)
     typed_ids = typed_ids[-left:] if left > 0 else []
     below_text = below_kept[len(after) :] if below_kept.startswith(after) else ""
     if fim is None:
         return Prompt(above_ids + typed_ids, above_kept, typed, after, below_text, start_line=start, healed=healed)
-    ids = [*head, fim.prefix, *above_ids, fim.suffix, *below_ids, fim.middle, *middle_ids, *typed_ids]
+    ids = [*head, fim.prefix, *repeat, *above_ids, fim.suffix, *below_ids, fim.middle, *middle_ids, *typed_ids]
     return Prompt(ids, above_kept, typed, after, below_text, names, start, healed)
 
 
@@ -437,3 +460,39 @@ def _similar(others: list[tuple[str, str]], lines: list[str], start: int, line: 
     texts = dict(others)
     out = [(name, t) for name, first in picks if (t := chunk_text(texts, name, first)) is not None]
     return out
+
+
+def _repeat_ids(lm, encode, lines: list[str], line: int, typed: str, start: int, mid: int, below_end: int,
+                path: str, budget: int, window: Window | None) -> list[int]:
+    """`<file_sep>path` and the lines that followed the lines above the cursor where they stand
+    elsewhere in this file, outside the prompt's windows (retrieval.py `repeated_at`), within `budget`
+    tokens. Chosen when the place is new (the middle starts at the cursor line); kept, text and all,
+    while the place stays, so lines typed there do not change the prompt's start; and kept at a new
+    place where nothing repeats (the last choice is still this file's text; dropping it would
+    re-prefill the whole prompt)."""
+    from lsp_server.completion.retrieval import repeated_at
+
+    if window is not None and window.repeat and window.repeat[0] == mid:
+        text = window.repeat[1]
+    else:
+        found = repeated_at(lines, mid, typed if mid == line else lines[mid], [(0, start), (below_end, len(lines))])
+        if found is None:
+            text = window.repeat[1] if window is not None and window.repeat else ()
+        else:
+            first, cursor = found
+            parts: list[str] = []
+            n = 0
+            for i in range(first, min(len(lines), cursor + 64)):
+                if len(lines[i]) > 8 * budget:  # a line that cannot fit: not tokenized
+                    break
+                k = len(encode(lines[i] + "\n"))
+                if n + k > budget:
+                    break
+                parts.append(lines[i] + "\n")
+                n += k
+            text = tuple(parts) if first + len(parts) > cursor else ()  # something that followed, or nothing
+        if window is not None:
+            window.repeat = (mid, text)
+    if not text:
+        return []
+    return [t for part in text for t in encode(part)]

@@ -204,7 +204,7 @@ def test_the_snippets_setting_shares_the_budget_with_the_lines_above():
     assert small["similar"].snippets > 0 and small["similar"].snippet_source == "similar"
     assert small["similar"].above + small["similar"].snippets == small["heads"].above  # same total, fewer lines above
     big = {s: ContextBudget.scaled(2048, s) for s in ContextBudget.SOURCES}
-    assert big["heads"] == ContextBudget(total=2048, above=1536, below=64, snippets=352)
+    assert big["heads"] == ContextBudget(total=2048, above=1536, below=64, snippets=352, repeat=ContextBudget.REPEAT_MAX)
     assert big["similar"].above == big["heads"].above and big["none"].snippets == 0
     with pytest.raises(ValueError, match="snippets must be one of"):
         ContextBudget.scaled(320, "nearby")
@@ -233,3 +233,83 @@ def test_similar_snippets_search_this_document_above_its_window():
     heads = build_prompt(lm, doc, line, 15, path="client.py", budget=ContextBudget(total=256, above=128, below=16,
                                                                                      snippets=96), window=Window())
     assert heads.snippets == []  # heads: other buffers only
+
+
+def test_repeated_at_finds_what_followed_the_same_lines_elsewhere_in_the_file():
+    from lsp_server.completion.retrieval import repeated_at
+
+    lines = ["class Sync:", "    def send(self, request):", "        self.check(request)",
+             "        return self.transport.handle(request)", "", *[f"x_{i} = {i}" for i in range(40)],
+             "class Async:", "    async def send(self, request):", "        self.check(request)", "        "]
+    cur = len(lines) - 1
+    # The lines above the cursor stand at 1-2; what followed them there (line 3) is where the cursor is.
+    assert repeated_at(lines, cur, "        r", [(0, 40)]) == (1, 3) or repeated_at(lines, cur, "        r", [(0, 40)]) == (2, 3)
+    assert repeated_at(lines, cur, "        r", [(0, 40)])[1] == 3
+    assert repeated_at(lines, cur, "        x", [(0, 40)]) is None  # what followed does not start with what is typed
+    assert repeated_at(lines, cur, "", [(10, 40)]) is None  # only the regions given are searched
+    short = ["    )", "a = 1", *["y = 0"] * 30, "    )", ""]
+    assert repeated_at(short, len(short) - 1, "", [(0, 20)]) is None  # `)` alone matches everywhere
+
+
+def test_repeated_at_breaks_ties_by_the_identifiers_around_the_cursor():
+    from lsp_server.completion.retrieval import repeated_at
+
+    def klass(name, field):
+        return [f"class {name}:", f"    def __init__(self):", f"        self.{field} = None", "",
+                "    def flush(self) -> bytes:", f"        return self.{field}", ""]
+
+    lines = [*klass("A", "seen_data"), *klass("B", "buffer"), *klass("C", "other"),
+             *[f"z_{i} = {i}" for i in range(20)],
+             "class D:", "    def __init__(self):", "        self.seen_data = None", "",
+             "    def flush(self) -> bytes:", "        "]
+    found = repeated_at(lines, len(lines) - 1, "        r", [(0, 41)])
+    assert found is not None and lines[found[1]] == "        return self.seen_data"  # class A's, not the nearer B's or C's
+
+
+def test_the_prompt_opens_with_what_followed_the_lines_above_the_cursor_further_up():
+    from dataclasses import replace
+
+    from lsp_server.completion.context import ContextBudget, Window
+
+    twin = ("def send_request(client, request, timeout):\n    response = client.transport.handle_request(request)\n"
+            "    response.raise_for_status_and_log_the_failure()\n    return response\n")
+    filler = "".join(f"value_{i} = {i}\n" for i in range(120))
+    doc = twin + filler + "def send_request_again(client, request, timeout):\n" \
+        "    response = client.transport.handle_request(request)\n    r\n"
+    line = doc.count("\n") - 1
+    lm = tiny_random()
+    assert ContextBudget.scaled(256).repeat > 0
+    budget = ContextBudget(total=768, above=256, below=32, snippets=0, repeat=256)  # the tiny tokenizer's tokens are short
+    w = Window()
+    p = build_prompt(lm, doc, line, 5, path="client.py", budget=budget, window=w)
+    text = lm.decode(p.ids)
+    prefix = text[text.index("<|fim_prefix|>") + len("<|fim_prefix|>"):]
+    assert p.start_line > 4 and prefix.startswith(
+        "    response = client.transport.handle_request(request)\n    response.raise_for_status_and_log_the_failure()\n")
+    assert len(p.ids) <= budget.total
+    # Typing on at the place keeps everything before the typed text.
+    q = build_prompt(lm, doc.replace("\n    r\n", "\n    resp\n"), line, 8, path="client.py", budget=budget, window=w)
+    cut = p.ids.index(lm.fim.middle)
+    assert q.ids[:cut] == p.ids[:cut]
+    # Without a repeat budget the prompt is today's.
+    plain = build_prompt(lm, doc, line, 5, path="client.py", budget=replace(budget, repeat=0), window=Window())
+    assert "raise_for_status_and_log" not in lm.decode(plain.ids)
+
+
+def test_a_place_where_nothing_repeats_keeps_the_last_choice():
+    from lsp_server.completion.context import ContextBudget, Window
+
+    twin = "def load(path):\n    with open(path) as handle_of_the_file:\n        return handle_of_the_file.read()\n"
+    filler = "".join(f"value_{i} = {i}\n" for i in range(120))
+    doc = twin + filler + "def load_again(path):\n    with open(path) as handle_of_the_file:\n        r\n" \
+        + "".join(f"other_{i} = {i}\n" for i in range(30)) + "print(unique_line_here)\n\n"
+    lm = tiny_random()
+    w = Window()
+    first = doc.count("\n", 0, doc.index("        r\n"))
+    budget = ContextBudget(total=768, above=256, below=32, snippets=0, repeat=256)
+    p = build_prompt(lm, doc, first, 9, path="f.py", budget=budget, window=w)
+    assert "return handle_of_the_file.read()" in lm.decode(p.ids[: p.ids.index(lm.fim.suffix)])
+    assert p.start_line > 3
+    last = doc.count("\n") - 1
+    q = build_prompt(lm, doc, last, 0, path="f.py", budget=budget, window=w)
+    assert "return handle_of_the_file.read()" in lm.decode(q.ids[: q.ids.index(lm.fim.suffix)])
