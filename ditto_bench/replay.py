@@ -393,6 +393,8 @@ class DittoDriver:
             "stop_reason": trace.get("stop_reason") if same else None,
             "raw": trace.get("raw") if same else None,
             "server_latency_ms": trace.get("latency_ms") if same else None,
+            "waited_ms": trace.get("waited_ms") if same else None,
+            "job_ms": trace.get("job_ms") if same else None,
         })
         if self.opts.check_continuations and self.system != "ditto-base" and rec["stop_reason"] == "paused":
             rec["continuation"] = c.call("ditto/debug/checkPlace", {"uri": self.uri}, timeout=600).get("result")

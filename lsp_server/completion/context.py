@@ -3,7 +3,7 @@
 Layout (docs/design.md section 4), stable parts first so the KV cache covers them:
 
     [<file_sep>other.py\\n<snippet of another open buffer>]...
-    [<file_sep>this.py\\n]<fim_prefix>lines above the cursor line
+    [<file_sep>this.py\\n]<fim_prefix>[what followed the lines above the cursor further up]lines above the cursor line
     <fim_suffix>rest of the cursor line + lines below<fim_middle>[lines typed at this place]text typed on the cursor line
 
 Each part is tokenized on its own, and the lines above line by line, so the tokens of an
@@ -36,6 +36,12 @@ only when it must:
 - The snippets of other buffers get a share computed from the budget alone (not from the
   size of this document's windows or the typed text), so their cut and order change only
   when their text changes.
+- Code repeats within a file (a sync method and its async twin). When the lines just above the
+  cursor stand elsewhere in the file, outside the windows, the lines that followed them there open
+  the prefix (`_repeat_ids`, lsp_server/completion/retrieval.py `repeated_at`): the model copies
+  from them as it would from lines it sees above. They take at most `ContextBudget.repeat` tokens,
+  in place of as many at the top of the window above; chosen when the place is new and kept while
+  it stays, so they do not move the prompt's start while lines are typed there.
 - The lines-below window is filled from the cursor line down (whole lines, up to
   `below`). In prefix-suffix-middle order it follows the lines above, so whenever
   anything above the cursor changes its tokens sit at new positions and are recomputed
@@ -336,21 +342,20 @@ def build_prompt(lm, text: str, line: int, col: int, others: list[tuple[str, str
     if fim is not None and b.repeat > 0:
         repeat = _repeat_ids(lm, encode, lines, line, typed, start, mid, line + below_kept.count("\n"),
                              path or "untitled", b.repeat, window)
-        # It fits in the total by leaving out the top lines of the window above (the lines nearest the
-        # cursor stay); the same lines each time while the place stays, so the prompt does not move.
-        free = (b.total - len(header) - specials - len(above_ids) - len(below_ids)
-                - min(TYPED_RESERVE, b.total // 8) - snippet_room)
-        cut = 0
-        while len(repeat) > free and start < mid:
-            n = len(enc(start))
-            free += n
-            start += 1
-            above_kept = above_kept[len(lines[start - 1]) + 1:]
-            cut += n
-        if cut:
+        # It takes the place of as many tokens at the top of the window above (the lines nearest the
+        # cursor stay), so a prompt with it costs what one without it does: on httpx the same first
+        # lines right as when it came on top of the window, and cold prompts of 168 tokens, not 211
+        # (docs/perf/README.md). The same lines each time while the place stays: the prompt does not move.
+        cut, top = 0, start
+        while cut < len(repeat) and top < mid:
+            cut += len(enc(top))
+            top += 1
+        if cut < len(repeat):
+            repeat = []  # a window too small to take it from: left out
+        elif repeat:
             above_ids = above_ids[cut:]
-        if len(repeat) > free:
-            repeat = []
+            above_kept = above_kept[sum(len(lines[i]) + 1 for i in range(start, top)):]
+            start = top
     if fim is not None and fim.file_sep is not None and snippet_room > 0 and b.snippet_source == "similar":
         # This document's lines above the window are searched too (code repeats within a file: a sync
         # and an async twin, a sibling test); only those, so a choice stays right while the user types.

@@ -49,6 +49,7 @@ class SuggestMixin:
         options = settings.decode_options()
 
         def job(cancel: threading.Event):
+            started = time.perf_counter()
             completer = self.completer
             if completer is None:
                 return None
@@ -65,6 +66,11 @@ class SuggestMixin:
             if warmed and not sug.typethrough and st.reused_tokens >= 0.9 * len(sug.prompt.ids):
                 self.counters.idle_hits += 1
             self._record(snap, sug, completer)
+            # Where a request's time went besides the Completer (docs/perf/README.md): waiting for the
+            # worker (idle work finishing its pass, an older request) and the rest of the job.
+            if not sug.typethrough:
+                self.traces[snap.uri]["waited_ms"] = round((started - t0) * 1000, 1)
+                self.traces[snap.uri]["job_ms"] = round((time.perf_counter() - started) * 1000, 1)
             return sug
 
         try:

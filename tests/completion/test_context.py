@@ -279,7 +279,7 @@ def test_the_prompt_opens_with_what_followed_the_lines_above_the_cursor_further_
     line = doc.count("\n") - 1
     lm = tiny_random()
     assert ContextBudget.scaled(256).repeat > 0
-    budget = ContextBudget(total=768, above=256, below=32, snippets=0, repeat=256)  # the tiny tokenizer's tokens are short
+    budget = ContextBudget(total=768, above=384, below=32, snippets=0, repeat=128)  # the tiny tokenizer's tokens are short
     w = Window()
     p = build_prompt(lm, doc, line, 5, path="client.py", budget=budget, window=w)
     text = lm.decode(p.ids)
@@ -294,6 +294,7 @@ def test_the_prompt_opens_with_what_followed_the_lines_above_the_cursor_further_
     # Without a repeat budget the prompt is today's.
     plain = build_prompt(lm, doc, line, 5, path="client.py", budget=replace(budget, repeat=0), window=Window())
     assert "raise_for_status_and_log" not in lm.decode(plain.ids)
+    assert len(p.ids) <= len(plain.ids)  # it took the place of lines at the window's top: no dearer
 
 
 def test_a_place_where_nothing_repeats_keeps_the_last_choice():
@@ -306,7 +307,7 @@ def test_a_place_where_nothing_repeats_keeps_the_last_choice():
     lm = tiny_random()
     w = Window()
     first = doc.count("\n", 0, doc.index("        r\n"))
-    budget = ContextBudget(total=768, above=256, below=32, snippets=0, repeat=256)
+    budget = ContextBudget(total=768, above=384, below=32, snippets=0, repeat=128)
     p = build_prompt(lm, doc, first, 9, path="f.py", budget=budget, window=w)
     assert "return handle_of_the_file.read()" in lm.decode(p.ids[: p.ids.index(lm.fim.suffix)])
     assert p.start_line > 3

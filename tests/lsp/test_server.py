@@ -177,6 +177,8 @@ async def test_open_then_inline_completion_returns_an_item_at_the_cursor(client,
     assert sum(r["accepted"] + 1 for r in t["rounds"]) == t["stats"]["generated"]
     # The same data as `ditto-lsp trace --json`, round for round.
     assert t["trace"]["text"] == want and len(t["trace"]["rounds"]) == len(t["rounds"])
+    # Where the time went besides the Completer: waiting for the worker, and the whole job.
+    assert t["waited_ms"] >= 0 and t["job_ms"] >= t["latency_ms"] > 0
     assert [r["gained"] for r in t["trace"]["rounds"]] == [r["accepted"] + 1 for r in t["rounds"]]
 
 
