@@ -340,8 +340,7 @@ def build_prompt(lm, text: str, line: int, col: int, others: list[tuple[str, str
     names: list[str] = []
     repeat: list[int] = []
     if fim is not None and b.repeat > 0:
-        repeat = _repeat_ids(lm, encode, lines, line, typed, start, mid, line + below_kept.count("\n"),
-                             path or "untitled", b.repeat, window)
+        repeat = _repeat_ids(encode, lines, line, typed, start, mid, line + below_kept.count("\n"), b.repeat, window)
         # It takes the place of as many tokens at the top of the window above (the lines nearest the
         # cursor stay), so a prompt with it costs what one without it does: on httpx the same first
         # lines right as when it came on top of the window, and cold prompts of 168 tokens, not 211
@@ -467,11 +466,11 @@ def _similar(others: list[tuple[str, str]], lines: list[str], start: int, line: 
     return out
 
 
-def _repeat_ids(lm, encode, lines: list[str], line: int, typed: str, start: int, mid: int, below_end: int,
-                path: str, budget: int, window: Window | None) -> list[int]:
-    """`<file_sep>path` and the lines that followed the lines above the cursor where they stand
-    elsewhere in this file, outside the prompt's windows (retrieval.py `repeated_at`), within `budget`
-    tokens. Chosen when the place is new (the middle starts at the cursor line); kept, text and all,
+def _repeat_ids(encode, lines: list[str], line: int, typed: str, start: int, mid: int, below_end: int,
+                budget: int, window: Window | None) -> list[int]:
+    """The ids of the lines that followed the lines above the cursor where they stand elsewhere in
+    this file, outside the prompt's windows (retrieval.py `repeated_at`), within `budget` tokens.
+    `encode(text)` tokenizes one line. Chosen when the place is new (the middle starts at the cursor line); kept, text and all,
     while the place stays, so lines typed there do not change the prompt's start; and kept at a new
     place where nothing repeats (the last choice is still this file's text; dropping it would
     re-prefill the whole prompt)."""

@@ -61,7 +61,7 @@ NEIGHBOURS = 12  # lines around a match (and above the cursor) whose identifiers
 
 def repeated_at(lines: list[str], line: int, typed: str, regions: list[tuple[int, int]],
                 limit: int = 100_000) -> tuple[int, int] | None:
-    """(first, cursor) lines of the best earlier occurrence of the lines above `line`, or None.
+    """(first, cursor) lines of the best other occurrence of the lines above `line`, or None.
 
     The lines just above the cursor (blank ones skipped at the end) are looked for in `regions`
     ((lo, hi) line ranges of `lines`, outside the prompt's windows), compared with their indentation
@@ -92,8 +92,7 @@ def repeated_at(lines: list[str], line: int, typed: str, regions: list[tuple[int
             if lines[j].strip() != target or j == p:
                 continue
             run, chars = 0, 0
-            while run < 64 and j - run >= 0 and p - run >= 0 and j - run != p - run \
-                    and lines[j - run].strip() == lines[p - run].strip():
+            while run < 64 and min(j, p) - run >= 0 and lines[j - run].strip() == lines[p - run].strip():
                 chars += len(lines[j - run].strip())
                 run += 1
             if chars < MIN_MATCH:
