@@ -468,35 +468,21 @@ def _similar(others: list[tuple[str, str]], lines: list[str], start: int, line: 
 
 def _repeat_ids(encode, lines: list[str], line: int, typed: str, start: int, mid: int, below_end: int,
                 budget: int, window: Window | None) -> list[int]:
-    """The ids of the lines that followed the lines above the cursor where they stand elsewhere in
-    this file, outside the prompt's windows (retrieval.py `repeated_at`), within `budget` tokens.
-    `encode(text)` tokenizes one line. Chosen when the place is new (the middle starts at the cursor line); kept, text and all,
-    while the place stays, so lines typed there do not change the prompt's start; and kept at a new
-    place where nothing repeats (the last choice is still this file's text; dropping it would
-    re-prefill the whole prompt)."""
-    from lsp_server.completion.retrieval import repeated_at
+    """The ids of what followed the lines above the cursor where they stand elsewhere in this file,
+    outside the prompt's windows (retrieval.py `followed_lines`), within `budget` tokens; `encode`
+    tokenizes one line. Chosen when the place is new (the middle starts at the cursor line); kept,
+    text and all, while the place stays, so lines typed there do not change the prompt's start; and
+    kept at a new place where nothing repeats (the last choice is still this file's text; dropping
+    it would re-prefill the whole prompt)."""
+    from lsp_server.completion.retrieval import followed_lines
 
     if window is not None and window.repeat and window.repeat[0] == mid:
         text = window.repeat[1]
     else:
-        found = repeated_at(lines, mid, typed if mid == line else lines[mid], [(0, start), (below_end, len(lines))])
-        if found is None:
-            text = window.repeat[1] if window is not None and window.repeat else ()
-        else:
-            first, cursor = found
-            parts: list[str] = []
-            n = 0
-            for i in range(first, min(len(lines), cursor + 64)):
-                if len(lines[i]) > 8 * budget:  # a line that cannot fit: not tokenized
-                    break
-                k = len(encode(lines[i] + "\n"))
-                if n + k > budget:
-                    break
-                parts.append(lines[i] + "\n")
-                n += k
-            text = tuple(parts) if first + len(parts) > cursor else ()  # something that followed, or nothing
+        text = followed_lines(encode, lines, mid, typed if mid == line else lines[mid],
+                              [(0, start), (below_end, len(lines))], budget)
+        if not text and window is not None and window.repeat:
+            text = window.repeat[1]
         if window is not None:
             window.repeat = (mid, text)
-    if not text:
-        return []
     return [t for part in text for t in encode(part)]

@@ -47,7 +47,7 @@ def chunk_text(others: dict[str, str], name: str, start: int) -> str | None:
     return "\n".join(text.split("\n")[start:start + CHUNK_LINES])
 
 
-# What followed the same lines elsewhere in this file (context.py, `Window.repeat`). Code repeats
+# What followed the same lines elsewhere in this file (context.py `_repeat_ids`, `Window.repeat`). Code repeats
 # within a file (a sync client and its async twin, a decoder beside its siblings, a test beside the
 # one it was copied from), and when the lines just above the cursor stand further up the file too,
 # the lines after them there are the best guess at what comes next. Those lines are outside a small
@@ -109,3 +109,25 @@ def repeated_at(lines: list[str], line: int, typed: str, regions: list[tuple[int
             if best is None or key > best[0]:
                 best = (key, max(j - run + 1, j - MAX_RUN + 1), j + 1 + gap)
     return None if best is None else best[1:]
+
+
+def followed_lines(encode, lines: list[str], line: int, typed: str, regions: list[tuple[int, int]],
+                   budget: int) -> tuple[str, ...]:
+    """The lines (each with its newline) of `repeated_at`'s match and what followed it, whole lines
+    within `budget` tokens (`encode` tokenizes one line); () when nothing repeats or nothing that
+    followed fits."""
+    found = repeated_at(lines, line, typed, regions)
+    if found is None:
+        return ()
+    first, cursor = found
+    parts: list[str] = []
+    n = 0
+    for i in range(first, min(len(lines), cursor + 64)):
+        if len(lines[i]) > 8 * budget:  # a line that cannot fit: not tokenized
+            break
+        k = len(encode(lines[i] + "\n"))
+        if n + k > budget:
+            break
+        parts.append(lines[i] + "\n")
+        n += k
+    return tuple(parts) if first + len(parts) > cursor else ()  # something that followed, or nothing
