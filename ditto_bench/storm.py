@@ -77,20 +77,21 @@ def main(argv):
 def storm(model: str = "tiny-random", edits: int = 300, docs: int = 4, seed: int = 0, max_tokens: int = 16,
           warmup: int = 20, cancel_every: int = 7, answer_timeout: float = 600.0, log=None,
           server_env: dict | None = None, serve_args: list[str] | tuple = (), on_key=None,
-          stderr=None, more=None, max_extra: int = 3000) -> dict:
+          stderr=None, more=None, max_extra: int = 3000, init_options: dict | None = None) -> dict:
     """Run the storm; returns its figures (see the module docstring).
 
     `serve_args`: more `ditto-lsp serve` arguments (e.g. --remote JSON); `on_key(i)` is
     called after every key (i counts the warm-up keys too); `more(client)`, asked every 10
     keys once the `edits` are typed, keeps the storm typing while it says True (at most
     `max_extra` keys; the team storm types on until each client has recovered).
+    `init_options`: more initializationOptions (e.g. a debug step delay, with --debug-hooks).
     """
     rng = random.Random(seed)
     say = log or (lambda *a: None)
     env = {"OMP_NUM_THREADS": "1", **(server_env or {})}
     c = RawClient(["--model", model, "--max-tokens", str(max_tokens), *serve_args], env=env, stderr=stderr)
     try:
-        c.initialize({"maxTokens": max_tokens})
+        c.initialize({"maxTokens": max_tokens, **(init_options or {})})
         mem = {"start": proc_status(c.pid)}  # initialized, model not loaded yet
         end = c.wait_ready(timeout=900)
         if end["params"]["value"].get("message") != "ready":

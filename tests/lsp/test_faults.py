@@ -149,7 +149,12 @@ def test_the_server_exits_promptly_when_the_client_goes_away_mid_generation():
 def test_a_small_typing_storm_answers_everything_and_holds_memory_and_threads():
     from ditto_bench.storm import storm
 
-    r = storm("tiny-random", edits=150, docs=3, seed=1, max_tokens=8, warmup=15)
+    # Every pass waits 10 ms (ended at once by a cancellation): a request lasts at least 80 ms
+    # on any backend, so the storm's bursts supersede and its cancellations catch requests
+    # still running. Without it a fast backend (llama.cpp's tiny GGUF) could answer every
+    # request before the next key, and the check below would fail on an idle machine.
+    r = storm("tiny-random", edits=150, docs=3, seed=1, max_tokens=8, warmup=15,
+              serve_args=["--debug-hooks"], init_options={"debugStepDelayMs": 10})
     assert r["dropped_no_answer"] == 0 and r["answered"] == r["requests_sent"]
     assert r["answered_other_error"] == 0 and r["server"]["errors"] == 0
     # A stale request runs at most one model pass (the one racing its cancellation).
