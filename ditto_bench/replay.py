@@ -301,6 +301,13 @@ class DittoDriver:
     def stop(self) -> None:
         if self.client is not None:
             try:
+                # The drafter's index work over the whole run (lsp_server/completion/buffers.py): slices run,
+                # buffers indexed, and whether indexing was wanted at the end (no draft pays: not).
+                idx = self.client.stats().get("index") or {}
+                self.info["index"] = {k: idx.get(k) for k in ("wanted", "steps", "indexings", "tokens")}
+            except Exception:  # noqa: BLE001  (a server that died: nothing to read, stop it anyway)
+                pass
+            try:
                 self.client.shutdown_and_exit(timeout=30)
             except (OSError, TimeoutError, EOFError):
                 pass
@@ -390,6 +397,7 @@ class DittoDriver:
             "prefill_ms": stats.get("prefill_ms"),
             "decode_ms": stats.get("decode_ms"),
             "generated": stats.get("generated"),
+            "drafted": stats.get("drafted"),
             "stop_reason": trace.get("stop_reason") if same else None,
             "raw": trace.get("raw") if same else None,
             "server_latency_ms": trace.get("latency_ms") if same else None,

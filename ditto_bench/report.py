@@ -143,6 +143,10 @@ def _replay_lines(meta: dict, summary: dict) -> list[str]:
     ratios = replay_ratio_table(summary)
     if ratios:
         out += [ratios, ""]
+    drafted = {s: v["drafted"] for s, v in summary.items() if v.get("drafted") is not None}
+    if drafted:
+        out += ["Draft tokens verified over the run (ditto/trace; the drafter's index work is each system's "
+                "`index` below): " + ", ".join(f"{s} {n}" for s, n in drafted.items()), ""]
     pauses = rp.get("pauses_s") or {}
     out.append("cold: the request made as the cursor arrives at a block not visited yet; warm: after a line's first "
                "character, at a place visited. Time to suggestion: request sent -> answer received (client wall "

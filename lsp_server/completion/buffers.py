@@ -73,16 +73,28 @@ class OpenBuffers:
     """The open buffers (by name) and the n-gram drafter's sources made of them."""
 
     def __init__(self, encode: Callable[[str], list[int]], ngram: NGramDrafter, *, enabled: bool = True,
-                 max_chars: int = 262144, budget: int = DEFAULT_BUDGET_MB << 20):
+                 max_chars: int = 262144, budget: int = DEFAULT_BUDGET_MB << 20,
+                 wanted: Callable[[], bool] | None = None):
         self.encode = encode
         self.ngram = ngram
-        self.enabled = enabled  # False: a model that generates elsewhere (no drafting): texts only
+        self._enabled = enabled  # False: a model that generates elsewhere (no drafting): texts only
+        # Asked before any indexing work: False while no drafter would consult the index (the
+        # Completer's `index_wanted`: drafting off, or no draft could pay on the pass costs).
+        # The texts are still recorded; the buffers wait as pending until it says True.
+        self.wanted = wanted
+        self.was_wanted = enabled  # what `enabled` said last (stats read it from another thread)
         self.max_chars = max_chars
         self.budget = budget  # bytes
         self.defer = False  # True: `set` records only; `step()` does the work (the server's idle work)
         self._buffers: OrderedDict[str, _Buffer] = OrderedDict()  # least recently used first
         self._history: list[list[int]] = []
         self.counts = {"steps": 0, "indexings": 0, "evictions": 0, "tokenized_chars": 0, "max_step_ms": 0.0}
+
+    @property
+    def enabled(self) -> bool:
+        """Whether indexing work runs now (on the caller's thread: the server's worker)."""
+        self.was_wanted = self._enabled and (self.wanted is None or bool(self.wanted()))
+        return self.was_wanted
 
     # -- the buffers ---------------------------------------------------------------------------------
     def set(self, name: str, text: str) -> None:
@@ -155,7 +167,7 @@ class OpenBuffers:
         """Counts for `ditto/stats` (read from another thread: one atomic copy of the buffers first)."""
         bufs = list(self._buffers.values())
         states = [b.state for b in bufs]
-        return {"buffers": len(states), "indexed": states.count("indexed"), "pending": states.count("pending"),
+        return {"wanted": self.was_wanted, "buffers": len(states), "indexed": states.count("indexed"), "pending": states.count("pending"),
                 "evicted": states.count("evicted"), "bytes": sum(b.nbytes for b in bufs), "budget_bytes": self.budget,
                 "tokens": sum(len(b.tokens) for b in bufs), **self.counts}
 
@@ -273,7 +285,8 @@ def open_buffers(completer, max_chars: int = 262144) -> OpenBuffers:
     ob = completer.__dict__.get("_open_buffers")
     if ob is None:
         ob = completer._open_buffers = OpenBuffers(completer.lm.encode, completer.ngram,
-                                                   enabled=completer.generator.drafts, max_chars=max_chars)
+                                                   enabled=completer.generator.drafts, max_chars=max_chars,
+                                                   wanted=getattr(completer, "index_wanted", None))
     return ob
 
 

@@ -102,6 +102,7 @@ class Completer:
         self._draft_models: dict[str, object] = {}  # spec -> LoadedModel (loaded once)
         self._drafters: dict[tuple[str, str], object] = {}  # (drafter name, draft-model spec) -> drafter, built once
         self._windows: OrderedDict[str, Window] = OrderedDict()  # document -> where its prompt window starts
+        self._drafting = (self.settings.drafter, DecodeOptions())  # the last request's drafter and options
 
     # -- other open buffers -------------------------------------------------------------
     def set_buffer(self, name: str, text: str) -> None:
@@ -120,6 +121,21 @@ class Completer:
         if cache_key is not None and cache_key != name:
             self.generator.forget(cache_key)
         self.forget_window(name)
+
+    LOOKUP_DRAFTERS = ("ngram", "hybrid")  # the drafters that look tokens up in the open buffers' index
+
+    def index_wanted(self) -> bool:
+        """Whether indexing the open buffers for the n-gram drafter can be of use now (buffers.py
+        `wanted`): this engine drafts (a remote one does not), the last request's drafter looks
+        tokens up, and on the engine's pass costs some draft could pay (drafters/speculation.py
+        `can_pay`; without `adaptive` every draft is verified, whatever it costs). On llama.cpp on a
+        CPU no draft can pay (docs/backends.md), so there the default drafter costs what drafting
+        off costs: no lookups and no index slices for a request to wait behind."""
+        name, opts = self._drafting
+        if not self.generator.drafts or name not in self.LOOKUP_DRAFTERS or opts.draft_max <= 0:
+            return False
+        spec = self.engine.speculation if self.engine is not None else None
+        return not opts.adaptive or spec is None or spec.can_pay(opts.draft_max)
 
     # -- prompt windows (context.py: windows that survive editing) --------------------------
     MAX_WINDOWS = 64
@@ -249,6 +265,7 @@ class Completer:
                 hit.latency_ms = (time.perf_counter() - t0) * 1000
                 return hit
         drafter_name = drafter or self.settings.drafter
+        self._drafting = (drafter_name, opts)
         d = self.drafter_for(drafter_name)
         if d is not None:
             d.set_options(opts)  # a model drafter samples its drafts as the target samples

@@ -344,3 +344,36 @@ def test_check_place_compares_the_paused_generation_with_the_uninterrupted_one(l
         c.continue_place("b")
     place.completion.tokens[-1] = (place.completion.tokens[-1] + 1) % lm.vocab_size
     assert c.check_place("b")["identical"] is False
+
+
+def test_the_open_buffers_are_indexed_only_while_a_draft_could_pay(lm):
+    """No index work where the drafter would not be consulted (issue 24, "no cost where no draft
+    can pay"): on pass costs T(n) = n T(1), as llama.cpp's one-row verification on a CPU, the
+    default drafter does what drafting off does. Costs where drafts pay bring the index back."""
+    from drafters.speculation import Speculation
+    from lsp_server.completion.buffers import open_buffers
+
+    doc = "def area(width, height):\n    return width * height\n" * 40
+    c = Completer(lm)
+    lookups = []
+    propose = c.ngram.propose
+    c.ngram.propose = lambda seq, k: lookups.append(k) or propose(seq, k)  # counts the drafter's lookups
+    c.engine.speculation = Speculation({n: 10.0 * n for n in range(1, 10)})  # every row costs one pass
+    c.set_buffer("other.py", doc)
+    index = open_buffers(c)
+    assert index.stats()["indexings"] == 0 and index.pending() == 0 and not index.step()
+    assert index.stats()["wanted"] is False and "other.py" not in c.ngram.source_names()
+    sug = c.complete(doc, 1, 4, options=DecodeOptions(max_new_tokens=6), cache_key="doc")
+    assert sug.completion.stats.drafted == 0 and lookups == []  # not consulted
+    assert index.stats()["indexings"] == 0
+
+    c.engine.speculation.set_costs({1: 10.0, 9: 12.0})  # a pass over 9 rows costs little more than one
+    assert index.pending() == 1 and index.step() and index.stats()["indexings"] == 1
+    assert index.stats()["wanted"] is True and "other.py" in c.ngram.source_names()
+    sug = c.complete(doc, 1, 4, options=DecodeOptions(max_new_tokens=6), cache_key="doc2")
+    assert len(lookups) >= sug.completion.stats.target_passes - 1 > 0  # on these costs it is (not at the last token)
+
+    # Drafting off (the last request's drafter): nothing to index for.
+    c.complete(doc, 1, 4, options=DecodeOptions(max_new_tokens=6), drafter="none", cache_key="doc")
+    c.set_buffer("other.py", doc + "x = 1\n")
+    assert index.pending() == 0 and not index.step() and index.stats()["indexings"] == 1
