@@ -9,7 +9,8 @@ In order (after one slice of indexing, so that it goes on however often requests
    prefills nothing. Where the user typed something other than the paused suggestion, this
    ends that generation (it could serve no request there) instead of leaving the pause idle.
 3. index the open buffers for the drafter, a slice at a time (lsp_server/lsp/documents.py
-   `index_while_idle`; a request waits for at most one slice).
+   `index_while_idle`; a request waits for at most one slice), only while a draft could pay
+   (lsp_server/completion/completer.py `index_wanted`).
 
 Every request stops idle work after one model pass or prefill chunk and goes on from what it
 did; `ditto/stats` counts the runs and the requests each served.
