@@ -364,7 +364,8 @@ def test_calibrate_measures_monotone_costs(lm):
     assert engine.speculation is not None and engine.speculation.costs_ms == costs
     policy = engine.speculation
     engine.use_costs({1: 5.0, 2: 6.0})  # a recalibration keeps the one policy object drafters hold
-    assert engine.speculation is policy and policy.costs_ms == {1: 5.0, 2: 6.0}
+    # (llama.cpp runs a pass's rows one by one: T(n) is n T(1) whatever a measurement said)
+    assert engine.speculation is policy and policy.costs_ms == ({1: 5.0, 2: 10.0} if lm.serial_rows else {1: 5.0, 2: 6.0})
     # The calibration pass leaves no cached sequence behind.
     assert engine.cached_keys() == []
 
@@ -418,3 +419,16 @@ def test_a_cancelled_generation_resumes_and_another_prompt_ends_the_chance(lm):
     assert engine.paused("d")
     engine.warm(prompt + [7, 8], "d")  # the cache is taken for another prompt
     assert not engine.paused("d") and engine.resume("d") is None
+
+
+def test_a_backend_that_runs_rows_one_by_one_never_finds_a_draft_that_pays(lm):
+    """llama.cpp verifies a draft one row per pass (lsp_server/backends/llama/model.py), so T(n) is
+    n T(1) by construction. Costs measured on a busy core can say otherwise (a benchmark's servers
+    calibrating on one core at once: one drafted for nothing); the engine takes only T(1) from them
+    there. The torch backend runs rows together: its measured costs stand."""
+    engine = Engine(lm)
+    spec = engine.use_costs({1: 10.0, 2: 11.0, 9: 14.0})  # a pass over 9 rows as cheap as one
+    assert lm.serial_rows == (lm.kind == "llama.cpp")
+    assert spec.can_pay(8) != lm.serial_rows
+    if lm.serial_rows:
+        assert spec.costs_ms == {1: 10.0, 2: 20.0, 9: 90.0}

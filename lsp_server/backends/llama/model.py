@@ -119,6 +119,7 @@ class LlamaModel(TensorBackend):
     """A GGUF model in llama.cpp behind the backend interface (lsp_server/backends/base.py)."""
 
     kind = "llama.cpp"
+    serial_rows = True  # verification runs its rows one token per pass (the module docstring)
 
     def __init__(self, spec: str, name: str, path: Path, *, threads: int | None = None, slots: int | None = None,
                  slot_tokens: int | None = None, gpu: bool = False):
