@@ -360,14 +360,14 @@ def summarise_replay(records: list[dict], peer: str = "llama-server", timeout_ms
     summary = {}
     for s in dict.fromkeys(r["system"] for r in records):
         rs = [r for r in records if r["system"] == s]
+        drafted = [r["drafted"] for r in rs if r.get("drafted") is not None]
         summary[s] = {
             "requests": len(rs),
             "sessions": len({r["session"] for r in rs}),
             "tasks": len({r["task"] for r in rs}),
             # Draft tokens the engine verified, summed (Ditto's trace; None for the peer): 0 where
             # no draft could pay on the pass costs (drafters/speculation.py `can_pay`).
-            "drafted": sum(r["drafted"] for r in rs if r.get("drafted") is not None) if any(
-                r.get("drafted") is not None for r in rs) else None,
+            "drafted": sum(drafted) if drafted else None,
             **{kind: _replay_group([r for r in rs if kind == "all" or r["kind"] == kind], timeout_ms)
                for kind in REPLAY_KINDS},
         }

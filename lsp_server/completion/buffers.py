@@ -286,7 +286,7 @@ def open_buffers(completer, max_chars: int = 262144) -> OpenBuffers:
     if ob is None:
         ob = completer._open_buffers = OpenBuffers(completer.lm.encode, completer.ngram,
                                                    enabled=completer.generator.drafts, max_chars=max_chars,
-                                                   wanted=getattr(completer, "index_wanted", None))
+                                                   wanted=completer.index_wanted)
     return ob
 
 

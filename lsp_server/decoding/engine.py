@@ -104,15 +104,8 @@ class Engine:
     def calibrate(self, n_max: int = 9, reps: int = 3, context: Sequence[int] | None = None) -> dict[int, float]:
         """Measure T(n) (drafters/speculation.py measure_pass_costs) and use it; returns {n: ms}."""
         with self._lock:
-            costs = self.as_run(measure_pass_costs(self.lm, n_max=n_max, reps=reps, context=context))
-        self.use_costs(costs)
-        return costs
-
-    def as_run(self, costs: dict[int, float]) -> dict[int, float]:
-        """Pass costs as this backend runs passes: n T(1) on a `serial_rows` one (use_costs)."""
-        if getattr(self.lm, "serial_rows", False) and 1 in costs:
-            return {n: n * costs[1] for n in costs}
-        return costs
+            costs = measure_pass_costs(self.lm, n_max=n_max, reps=reps, context=context)
+        return dict(self.use_costs(costs).shape)  # the costs in use (n T(1) on a serial_rows backend)
 
     def use_costs(self, costs: dict[int, float]) -> Speculation:
         """Pass costs for the adaptive draft length; the policy object stays the same one
@@ -122,7 +115,8 @@ class Engine:
         T(n) is n T(1) by construction; a measurement says so within its noise, and timed on a
         busy core it once said otherwise (three servers calibrating on one core at a benchmark's
         start: that server drafted 63 tokens for nothing). Only T(1) is taken from it there."""
-        costs = self.as_run(costs)
+        if self.lm.serial_rows and 1 in costs:
+            costs = {n: n * costs[1] for n in costs}
         if self.speculation is None:
             self.speculation = Speculation(costs)
         else:
