@@ -37,7 +37,10 @@ def test_greedy_speculative_equals_drafting_off(lm, seed):
     engine = Engine(lm)
     if seed % 2:
         # Adaptive draft lengths (cut drafts short, sometimes to nothing) must not change a token.
-        engine.speculation = Speculation({1: 1.0, 2: 1.3, 4: 1.9, 9: 3.5})
+        # The costs are fixed (learn=False): learned from timed passes, they follow the machine's
+        # load, and on llama.cpp (rows one by one) they soon say no draft pays, so whether the
+        # "right" drafter saved a pass below depended on the wall clock (CI failed it once, seed 3).
+        engine.speculation = Speculation({1: 1.0, 2: 1.3, 4: 1.9, 9: 3.5}, learn=False)
     for _ in range(4):
         prompt = random_prompt(rng, lm)
         ref = engine.generate(prompt, options=DecodeOptions(max_new_tokens=48, draft_max=0))
