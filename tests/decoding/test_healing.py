@@ -69,6 +69,15 @@ def test_healed_tail_spells_the_typed_text_and_ends_at_a_boundary(lm, typed):
         assert ids == lm.encode(typed)[: len(ids)]  # the prefix of the whole text's tokens
 
 
+@pytest.mark.parametrize("typed", ["        ", "\t\t", " "])
+def test_indentation_alone_leaves_its_last_blank_to_the_model(lm, typed):
+    """Tokenizers write an indented line's last blank with its first word (" self"), so only that
+    blank is healed (lsp_server/completion/context.py `healed_tail`; the default model:
+    tests/decoding/test_real_model.py)."""
+    assert healed_tail(lm, typed, "token") == ((lm.encode(typed[:-1]) if typed[:-1] else []), typed[-1])
+    assert healed_tail(lm, typed, "blanks") == ([], typed)  # a remote engine: the blanks are left out
+
+
 def test_a_keystroke_rewrites_at_most_the_last_kept_token(lm):
     """The healed boundary moves only when a token completes, so a keystroke keeps every kept id
     but perhaps the last (the tiny tokenizer has few merges, so its boundary moves often; the
