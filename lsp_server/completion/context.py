@@ -393,12 +393,19 @@ def healed_tail(lm, tail: str, heal: str) -> tuple[list[int], str]:
     a prefix of the text (a tokenizer that normalises). "blanks": trailing blanks only.
     """
     if heal == "token" and tail and not tail.strip(" \t"):
-        # Indentation alone: BPE tokenizers write a line's indentation as its blanks but the last,
-        # and the last with the first word (" self", " #", "\tself"). Healing all of it made the
-        # model write indentation from nothing, and at the middle's start the default model then
-        # wrote one blank after another to the token limit (4 of 38 cold arrivals in the
-        # held-out replays, docs/perf/README.md). Only the last blank is healed.
-        return lm.encode(tail[:-1]) if len(tail) > 1 else [], tail[-1:]
+        # Indentation alone: the prompt keeps the blanks' tokens as the tokenizer writes them before
+        # a word, and heals the rest (Qwen's: every blank but the last, which goes with the word,
+        # " self"). Healing all of it made the model write indentation from nothing, and at the
+        # middle's start the default model then wrote one blank after another to the token limit
+        # (4 of 38 cold arrivals in the replays, docs/perf/README.md 2026-12-04).
+        table, full, kept = lm.token_bytes(), tail.encode("utf-8"), []
+        for t in lm.encode(tail + "a"):
+            if not full.startswith(b"".join(table[i] for i in kept + [t] if i < len(table))):
+                break
+            kept.append(t)
+        if kept and len(b"".join(table[i] for i in kept)) == len(full):
+            kept.pop()  # (something is always left for the model to write)
+        return kept, full[len(b"".join(table[i] for i in kept)):].decode("utf-8")
     if heal == "blanks":
         bare = tail.rstrip(" \t")
         return (lm.encode(bare) if bare else []), tail[len(bare):]

@@ -27,9 +27,11 @@ async def test_load_failure_shows_one_message_answers_none_and_a_good_model_reco
     assert shown.type == types.MessageType.Error and "no-such-model" in shown.message
     uri = "file:///tmp/ditto-test/load.py"
     client.text_document_did_open(types.DidOpenTextDocumentParams(
-        text_document=types.TextDocumentItem(uri=uri, language_id="python", version=1, text=CODE)))
+        text_document=types.TextDocumentItem(uri=uri, language_id="python", version=1, text=CODE + "r")))
+    # After "r": there tiny-random's suggestion is not empty (after the bare indentation its random text is cut to nothing)
+    at = types.Position(END[0], END[1] + 1)
     req = types.InlineCompletionParams(text_document=types.TextDocumentIdentifier(uri=uri),
-                                       position=types.Position(*END),
+                                       position=at,
                                        context=types.InlineCompletionContext(
                                            trigger_kind=types.InlineCompletionTriggerKind.Automatic))
     assert await asyncio.wait_for(client.text_document_inline_completion_async(req), TIMEOUT) is None
@@ -42,7 +44,7 @@ async def test_load_failure_shows_one_message_answers_none_and_a_good_model_reco
         await asyncio.wait_for(client.wait_for_notification(types.PROGRESS), TIMEOUT)
     result = await asyncio.wait_for(client.text_document_inline_completion_async(req), TIMEOUT)
     (item,) = items_of(result)
-    assert item.insert_text and item.range.start == types.Position(*END)
+    assert item.insert_text and item.range.start == at
     s = plain(await client.protocol.send_request_async("ditto/stats", {}))
     assert s["model_state"] == "ready" and s["model"] == "tiny-random" and s["completed"] == 1
     assert len(client.messages) == 1  # the failure was shown once, nothing else
