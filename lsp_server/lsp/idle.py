@@ -27,6 +27,11 @@ from lsp_server.lsp.documents import Snapshot, buffer_name, model_text
 
 class IdleMixin:
     IDLE_CHUNK = 32  # tokens per idle prefill pass: a request waits at most one such pass (~0.35 s on one CPU core)
+    # Idle work starts this long after the event that aimed it (lsp_server/lsp/scheduler.py `idle`):
+    # editors send a request right after the edit, and one that found an idle chunk begun for
+    # the place the user just left waited for it (about 0.5 s at 4 in 10 cold arrivals of the
+    # replays, docs/perf/README.md 2026-12-04). A pause the user makes is far longer.
+    IDLE_SETTLE_S = 0.05
 
     def aim(self, uri: str, position: types.Position) -> None:
         """Prefill, while the worker is idle, the prompt of a request at `position` of `uri`.
@@ -56,7 +61,7 @@ class IdleMixin:
         self._schedule_idle()
 
     def _schedule_idle(self) -> None:
-        self.scheduler.idle(self._idle_work)
+        self.scheduler.idle(self._idle_work, after_s=self.IDLE_SETTLE_S)
 
     def _idle_work(self, cancel: threading.Event) -> None:
         completer = self.completer

@@ -15,6 +15,10 @@ Idle work: `idle(fn)` sets the one job to run when nothing else is queued (prefi
 prompt the user is likely to ask for next). Any `submit` sets the running idle job's
 cancel flag, and a newer `idle(fn)` replaces it (cancelling it if it runs), so idle work
 never delays a request by more than the engine's check interval (one prefill chunk).
+`idle(fn, after_s)` starts it no sooner than `after_s` after it was set (a newer `idle` sets
+a new time): an editor sends its request right after the edit that aimed the idle work, and
+a chunk begun in between (about half a second on one CPU core) would make the request wait
+for work at a place the user just left.
 Idle jobs are not counted as pending or busy.
 
 Also here: `StepHook`, a thin wrapper around a loaded model whose `forward` calls hooks
@@ -29,6 +33,7 @@ import asyncio
 import logging
 import queue
 import threading
+import time
 from concurrent.futures import Future
 from dataclasses import dataclass, field
 from typing import Any, Callable
@@ -51,6 +56,7 @@ class Job:
     cancel: threading.Event = field(default_factory=threading.Event)
     future: Future = field(default_factory=Future)
     superseded: bool = False
+    not_before: float = 0.0  # (idle jobs) time.monotonic() before which it does not start
 
 
 _IDLE = object()  # queue marker: run the idle job if nothing else waits
@@ -132,9 +138,10 @@ class Scheduler:
             raise Superseded()
         return result
 
-    def idle(self, fn: Callable[[threading.Event], Any]) -> Job:
-        """Run fn(cancel) when the worker has nothing else to do (replacing an earlier idle job)."""
-        job = Job(None, fn)
+    def idle(self, fn: Callable[[threading.Event], Any], after_s: float = 0.0) -> Job:
+        """Run fn(cancel) when the worker has nothing else to do (replacing an earlier idle job),
+        and not before `after_s` from now."""
+        job = Job(None, fn, not_before=time.monotonic() + after_s)
         with self._lock:
             if self._closed:
                 job.future.set_exception(Closed("the model worker has stopped"))
@@ -165,7 +172,10 @@ class Scheduler:
     # -- the worker ----------------------------------------------------------------------
     def _work(self) -> None:
         while True:
-            job = self._queue.get()
+            try:
+                job = self._queue.get(timeout=self._idle_wait())
+            except queue.Empty:
+                job = _IDLE  # the idle job's start time came with nothing queued
             if job is None:
                 break
             if job is _IDLE:
@@ -202,11 +212,18 @@ class Scheduler:
             if self._idle is not None:
                 self._idle.future.cancel()
 
+    def _idle_wait(self) -> float | None:
+        """Seconds the worker may wait for a job before the idle job is due (None: no idle job)."""
+        with self._lock:
+            return None if self._idle is None else max(0.0, self._idle.not_before - time.monotonic())
+
     def _run_idle(self) -> None:
         with self._lock:
             job = self._idle
             if job is None or self._closed or not self._queue.empty():
                 return  # already run or replaced, or a request waits: it goes first
+            if job.not_before > time.monotonic():
+                return  # not due yet: the worker waits for it (`_idle_wait`)
             self._idle = None
             if not job.future.set_running_or_notify_cancel():
                 return

@@ -149,6 +149,22 @@ async def test_scheduler_answers_a_queued_superseded_job_at_once():
     assert sched.join(5)
 
 
+async def test_scheduler_idle_job_waits_its_settle_time_and_a_request_in_it_never_waits():
+    """An idle job set with `after_s` does not start before then: a request made right after the
+    event that set it (an editor's request after its edit) finds the worker free, and the idle
+    job runs once due. (No timing is asserted but "not before a long time".)"""
+    sched = Scheduler()
+    started = threading.Event()
+    late = sched.idle(lambda cancel: started.set() or "late", after_s=3600)
+    assert await sched.run("doc", lambda cancel: "answer") == "answer"
+    assert not started.is_set() and not late.future.done() and sched.idle_runs == 0
+    soon = sched.idle(lambda cancel: "soon", after_s=0.01)  # replaces the late one
+    assert await asyncio.wrap_future(soon.future) == "soon"
+    assert late.future.cancelled() and not started.is_set() and sched.idle_runs == 1
+    sched.close()
+    assert sched.join(10)
+
+
 async def test_scheduler_idle_job_runs_when_nothing_waits_and_yields_to_a_request():
     """Idle work (prefill while the user pauses) runs only on an idle worker, and a request
     stops it at its next check: the request waits for one step of it, never for all of it."""
