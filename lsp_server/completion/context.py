@@ -393,11 +393,9 @@ def healed_tail(lm, tail: str, heal: str) -> tuple[list[int], str]:
     a prefix of the text (a tokenizer that normalises). "blanks": trailing blanks only.
     """
     if heal == "token" and tail and not tail.strip(" \t"):
-        # Indentation alone: the prompt keeps the blanks' tokens as the tokenizer writes them before
-        # a word, and heals the rest (Qwen's: every blank but the last, which goes with the word,
-        # " self"). Healing all of it made the model write indentation from nothing, and at the
-        # middle's start the default model then wrote one blank after another to the token limit
-        # (4 of 38 cold arrivals in the replays, docs/perf/README.md 2026-12-04).
+        # Indentation alone: keep the blanks' tokens as the tokenizer writes them before a word (Qwen:
+        # all but the last, which goes with the word, " self"); healing them all made the default
+        # model write blanks to the token limit (docs/design.md, "Token healing").
         table, full, kept = lm.token_bytes(), tail.encode("utf-8"), []
         for t in lm.encode(tail + "a"):
             if not full.startswith(b"".join(table[i] for i in kept + [t] if i < len(table))):
