@@ -28,7 +28,7 @@ async def test_load_failure_shows_one_message_answers_none_and_a_good_model_reco
     uri = "file:///tmp/ditto-test/load.py"
     client.text_document_did_open(types.DidOpenTextDocumentParams(
         text_document=types.TextDocumentItem(uri=uri, language_id="python", version=1, text=CODE + "r")))
-    # After "r": there tiny-random's suggestion is not empty (after the bare indentation its random text is cut to nothing)
+    # After "r": tiny-random's suggestion there is not empty (at the bare indentation it is cut to nothing)
     at = types.Position(END[0], END[1] + 1)
     req = types.InlineCompletionParams(text_document=types.TextDocumentIdentifier(uri=uri),
                                        position=at,
