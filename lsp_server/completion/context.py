@@ -396,14 +396,14 @@ def healed_tail(lm, tail: str, heal: str) -> tuple[list[int], str]:
         # Indentation alone: keep the blanks' tokens as the tokenizer writes them before a word (Qwen:
         # all but the last, which goes with the word, " self"); healing them all made the default
         # model write blanks to the token limit (docs/design.md, "Token healing").
-        table, full, kept = lm.token_bytes(), tail.encode("utf-8"), []
+        table, full, kept, n = lm.token_bytes(), tail.encode("utf-8"), [], 0
         for t in lm.encode(tail + "a"):
-            if not full.startswith(b"".join(table[i] for i in kept + [t] if i < len(table))):
-                break
+            piece = table[t] if t < len(table) else b""
+            if n + len(piece) >= len(full) or not full.startswith(piece, n):
+                break  # (something is always left for the model to write: the last blank at least)
             kept.append(t)
-        if kept and len(b"".join(table[i] for i in kept)) == len(full):
-            kept.pop()  # (something is always left for the model to write)
-        return kept, full[len(b"".join(table[i] for i in kept)):].decode("utf-8")
+            n += len(piece)
+        return kept, full[n:].decode("utf-8")
     if heal == "blanks":
         bare = tail.rstrip(" \t")
         return (lm.encode(bare) if bare else []), tail[len(bare):]
