@@ -38,7 +38,7 @@ only when it must:
   when their text changes.
 - Code repeats within a file (a sync method and its async twin). When the lines just above the
   cursor stand elsewhere in the file, outside the windows, the lines that followed them there open
-  the prefix (`_repeat_ids`, lsp_server/completion/retrieval.py `repeated_at`): the model copies
+  the prefix (lsp_server/completion/retrieval.py `repeat_ids`, `repeated_at`): the model copies
   from them as it would from lines it sees above. They take at most `ContextBudget.repeat` tokens,
   in place of as many at the top of the window above; chosen when the place is new and kept while
   it stays, so they do not move the prompt's start while lines are typed there.
@@ -63,6 +63,8 @@ Left out on purpose: the model, the engine, LSP types.
 from __future__ import annotations
 
 from dataclasses import dataclass, field
+
+from lsp_server.completion.retrieval import repeat_ids, similar_snippets
 
 
 @dataclass
@@ -92,7 +94,7 @@ class ContextBudget:
     snippet_source: str = "heads"  # heads: each buffer's start; similar: chunks like the code around the cursor
     slack: int | None = None  # room left below the lines-above window when it is re-anchored; None: above // 6
     chunk_lines: int = 8  # the lines-above window starts at a multiple of this when it can
-    repeat: int = 0  # of which what followed the lines above the cursor elsewhere in the file (`_repeat_ids`)
+    repeat: int = 0  # of which what followed the lines above the cursor elsewhere in the file (retrieval.py `repeat_ids`)
 
     def room_for_slack(self) -> int:
         return self.above // 6 if self.slack is None else max(0, min(self.slack, self.above))
@@ -152,7 +154,7 @@ class Window:
     anchored: int = 0  # times the start was chosen afresh (the first time included)
     head: tuple[str, ...] = ()  # the text of the window's first lines, to follow them when lines above move
     chosen: tuple = ()  # (window start, buffer names, [(name, first line)]): retrieved snippets (retrieval.py)
-    repeat: tuple = ()  # (middle line, lines): what followed the lines above the cursor further up (`_repeat_ids`)
+    repeat: tuple = ()  # (middle line, lines): what followed the lines above the cursor further up (retrieval.py `repeat_ids`)
     middle: int | None = None  # first line of the middle: lines typed at this place go after <fim_middle> (`_middle_from`)
     last_line: int | None = None  # the cursor line of the last prompt
     suffix: str | None = None  # the text after the cursor that prompt held (the place's, while lines are typed there)
@@ -340,7 +342,7 @@ def build_prompt(lm, text: str, line: int, col: int, others: list[tuple[str, str
     names: list[str] = []
     repeat: list[int] = []
     if fim is not None and b.repeat > 0:
-        repeat = _repeat_ids(encode, lines, line, typed, start, mid, line + below_kept.count("\n"), b.repeat, window)
+        repeat = repeat_ids(encode, lines, line, typed, start, mid, line + below_kept.count("\n"), b.repeat, window)
         # It takes the place of as many tokens at the top of the window above (the lines nearest the
         # cursor stay), so a prompt with it costs what one without it does: on httpx the same first
         # lines right as when it came on top of the window, and cold prompts of 168 tokens, not 211
@@ -359,7 +361,7 @@ def build_prompt(lm, text: str, line: int, col: int, others: list[tuple[str, str
         # This document's lines above the window are searched too (code repeats within a file: a sync
         # and an async twin, a sibling test); only those, so a choice stays right while the user types.
         own = [(path or "untitled", "\n".join(lines[:start]))] if start > 0 else []
-        others = _similar([*(others or []), *own], lines, start, line, typed, window)
+        others = similar_snippets([*(others or []), *own], lines, start, line, typed, window)
     if fim is not None and others and fim.file_sep is not None:
         room = snippet_room
         for name, other in others:
@@ -457,44 +459,3 @@ def _middle_from(enc, lines: list[str], window: Window | None, line: int, suffix
         a = line  # (a line too long to tokenize never enters the middle: it goes where the window leaves it out)
     window.middle, window.last_line, window.suffix = a, line, suffix
     return a
-
-
-def _similar(others: list[tuple[str, str]], lines: list[str], start: int, line: int, typed: str,
-             window: Window | None) -> list[tuple[str, str]]:
-    """Chunks of `others` (the other buffers, and this one above its window) most like the lines-above
-    window (lsp_server/completion/retrieval.py), as (name, chunk text) snippets; chosen again only
-    when the window moves or the buffers change."""
-    from lsp_server.completion.retrieval import chunk_text, ranked_chunks
-
-    key = (start, tuple(sorted(n for n, _ in others)))
-    if window is not None and window.chosen and window.chosen[:2] == key:
-        picks = window.chosen[2]
-    else:
-        picks = ranked_chunks(others, "\n".join(lines[start:line]) + "\n" + typed)
-        if window is not None:
-            window.chosen = (*key, picks)
-    texts = dict(others)
-    out = [(name, t) for name, first in picks if (t := chunk_text(texts, name, first)) is not None]
-    return out
-
-
-def _repeat_ids(encode, lines: list[str], line: int, typed: str, start: int, mid: int, below_end: int,
-                budget: int, window: Window | None) -> list[int]:
-    """The ids of what followed the lines above the cursor where they stand elsewhere in this file,
-    outside the prompt's windows (retrieval.py `followed_lines`), within `budget` tokens; `encode`
-    tokenizes one line. Chosen when the place is new (the middle starts at the cursor line); kept,
-    text and all, while the place stays, so lines typed there do not change the prompt's start; and
-    kept at a new place where nothing repeats (the last choice is still this file's text; dropping
-    it would re-prefill the whole prompt)."""
-    from lsp_server.completion.retrieval import followed_lines
-
-    if window is not None and window.repeat and window.repeat[0] == mid:
-        text = window.repeat[1]
-    else:
-        text = followed_lines(encode, lines, mid, typed if mid == line else lines[mid],
-                              [(0, start), (below_end, len(lines))], budget)
-        if not text and window is not None and window.repeat:
-            text = window.repeat[1]
-        if window is not None:
-            window.repeat = (mid, text)
-    return [t for part in text for t in encode(part)]

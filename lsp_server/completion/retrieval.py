@@ -47,7 +47,7 @@ def chunk_text(others: dict[str, str], name: str, start: int) -> str | None:
     return "\n".join(text.split("\n")[start:start + CHUNK_LINES])
 
 
-# What followed the same lines elsewhere in this file (context.py `_repeat_ids`, `Window.repeat`). Code repeats
+# What followed the same lines elsewhere in this file (`repeat_ids`, context.py `Window.repeat`). Code repeats
 # within a file (a sync client and its async twin, a decoder beside its siblings, a test beside the
 # one it was copied from), and when the lines just above the cursor stand further up the file too,
 # the lines after them there are the best guess at what comes next. Those lines are outside a small
@@ -131,3 +131,40 @@ def followed_lines(encode, lines: list[str], line: int, typed: str, regions: lis
         parts.append(lines[i] + "\n")
         n += k
     return tuple(parts) if first + len(parts) > cursor else ()  # something that followed, or nothing
+
+
+def similar_snippets(others: list[tuple[str, str]], lines: list[str], start: int, line: int, typed: str,
+             window) -> list[tuple[str, str]]:  # window: context.py `Window` or None
+    """Chunks of `others` (the other buffers, and this one above its window) most like the lines-above
+    window (`ranked_chunks`), as (name, chunk text) snippets; chosen again only
+    when the window moves or the buffers change."""
+    key = (start, tuple(sorted(n for n, _ in others)))
+    if window is not None and window.chosen and window.chosen[:2] == key:
+        picks = window.chosen[2]
+    else:
+        picks = ranked_chunks(others, "\n".join(lines[start:line]) + "\n" + typed)
+        if window is not None:
+            window.chosen = (*key, picks)
+    texts = dict(others)
+    out = [(name, t) for name, first in picks if (t := chunk_text(texts, name, first)) is not None]
+    return out
+
+
+def repeat_ids(encode, lines: list[str], line: int, typed: str, start: int, mid: int, below_end: int,
+                budget: int, window) -> list[int]:  # window: context.py `Window` or None
+    """The ids of what followed the lines above the cursor where they stand elsewhere in this file,
+    outside the prompt's windows (`followed_lines`), within `budget` tokens; `encode`
+    tokenizes one line. Chosen when the place is new (the middle starts at the cursor line); kept,
+    text and all, while the place stays, so lines typed there do not change the prompt's start; and
+    kept at a new place where nothing repeats (the last choice is still this file's text; dropping
+    it would re-prefill the whole prompt)."""
+    if window is not None and window.repeat and window.repeat[0] == mid:
+        text = window.repeat[1]
+    else:
+        text = followed_lines(encode, lines, mid, typed if mid == line else lines[mid],
+                              [(0, start), (below_end, len(lines))], budget)
+        if not text and window is not None and window.repeat:
+            text = window.repeat[1]
+        if window is not None:
+            window.repeat = (mid, text)
+    return [t for part in text for t in encode(part)]
