@@ -238,7 +238,12 @@ class Completer:
         prefills nothing, and one that cancels this keeps what it finished (Engine.warm).
         """
         prompt = self.prompt_for(text, line, col, name=name, cache_key=cache_key, others=others)
-        return self.engine.warm(prompt.ids, cache_key, cancel=cancel, chunk=chunk)
+        ids = prompt.ids
+        if line < prompt.stable_end and ids[: len(prompt.stable)] != prompt.stable:
+            # Aimed at the file's head (didOpen aims at the top): warm what the prompt of every place
+            # below it starts with (context.py `_file_head`); a request up here has a short prompt.
+            ids = [*prompt.stable, 0]  # (Engine.warm prefills all but the last id)
+        return self.engine.warm(ids, cache_key, cancel=cancel, chunk=chunk)
 
     def complete(self, text: str, line: int, col: int, *, name: str | None = None, options: DecodeOptions | None = None,
                  drafter: str | None = None, cancel: threading.Event | None = None, cache_key: str | None = None,

@@ -3,7 +3,8 @@
 Layout (docs/design.md section 4), stable parts first so the KV cache covers them:
 
     [<file_sep>other.py\\n<snippet of another open buffer>]...
-    [<file_sep>this.py\\n]<fim_prefix>[what followed the lines above the cursor further up]lines above the cursor line
+    [<file_sep>this.py\\n]<fim_prefix>[this file's head][what followed the lines above the cursor further up]
+    lines above the cursor line
     <fim_suffix>rest of the cursor line + lines below<fim_middle>[lines typed at this place]text typed on the cursor line
 
 Each part is tokenized on its own, and the lines above line by line, so the tokens of an
@@ -42,6 +43,10 @@ only when it must:
   from them as it would from lines it sees above. They take at most `ContextBudget.repeat` tokens,
   in place of as many at the top of the window above; chosen when the place is new and kept while
   it stays, so they do not move the prompt's start while lines are typed there.
+- This file's head (its first lines after leading comments: imports, usually) opens the prefix
+  when the window starts below it (head.py `file_head`). It is the same at every place in the file, so
+  a place not visited yet reuses its cache and costs only its own lines: the head's tokens are
+  taken from the window (`ContextBudget.file_head`), so a new place costs that many fewer.
 - The lines-below window is filled from the cursor line down (whole lines, up to
   `below`). In prefix-suffix-middle order it follows the lines above, so whenever
   anything above the cursor changes its tokens sit at new positions and are recomputed
@@ -64,6 +69,7 @@ from __future__ import annotations
 
 from dataclasses import dataclass, field
 
+from lsp_server.completion.head import file_head_ids
 from lsp_server.completion.retrieval import repeat_ids, similar_snippets
 
 
@@ -77,6 +83,10 @@ class Prompt:
     snippets: list[str] = field(default_factory=list)  # names of other buffers included
     start_line: int = 0  # 0-based first line of the lines-above window
     healed: str = ""  # the end of `typed` left out of the ids: the model writes it (token healing)
+    # The ids the prompt of every place below the file's head starts with (snippets, header, <fim_prefix>,
+    # the head: head.py `file_head`), and the line after the head; idle prefill at the top warms these.
+    stable: list[int] = field(default_factory=list)
+    stable_end: int = 0
 
 
 @dataclass
@@ -95,10 +105,12 @@ class ContextBudget:
     slack: int | None = None  # room left below the lines-above window when it is re-anchored; None: above // 6
     chunk_lines: int = 8  # the lines-above window starts at a multiple of this when it can
     repeat: int = 0  # of which what followed the lines above the cursor elsewhere in the file (retrieval.py `repeat_ids`)
+    file_head: int = 0  # of which this file's first lines, opening the prefix below them (head.py `file_head`)
 
     def room_for_slack(self) -> int:
         return self.above // 6 if self.slack is None else max(0, min(self.slack, self.above))
 
+    FILE_HEAD_MAX = 128  # `file_head` at most
     REPEAT_MAX = 128  # `repeat` at most (what followed one match; its lines nearest the match count most)
     SNIPPETS_FROM = 1024  # smaller totals give other buffers no room (below)
     DEFAULT_TOTAL = 256  # the `context_tokens` default (lsp_server/settings.py): the server's and Completer's budget
@@ -133,8 +145,11 @@ class ContextBudget:
         above = total * full.above // full.total
         if total < cls.SNIPPETS_FROM:  # below it the lines above and the snippets would not both fit
             above -= share
-        return cls(total=total, above=above, below=min(full.below, max(8, total // 16)), snippets=share,
-                   repeat=min(cls.REPEAT_MAX, total // 4),
+        # The file's head comes out of the lines above: a place not visited yet reuses its cache, so it
+        # costs that many tokens less, for the same first lines right (docs/perf/README.md, 2026-12-04).
+        head = min(cls.FILE_HEAD_MAX, total // 4)
+        return cls(total=total, above=above - head, below=min(full.below, max(8, total // 16)), snippets=share,
+                   repeat=min(cls.REPEAT_MAX, total // 4), file_head=head,
                    snippet_source="similar" if snippets == "similar" else "heads",
                    chunk_lines=_power_of_two(max(2, min(full.chunk_lines, above // 60))))
 
@@ -357,6 +372,7 @@ def build_prompt(lm, text: str, line: int, col: int, others: list[tuple[str, str
             above_ids = above_ids[cut:]
             above_kept = above_kept[sum(len(lines[i]) + 1 for i in range(start, top)):]
             start = top
+    file_head, stable, head_end = file_head_ids(encode, text, lines, start, b.file_head if fim else 0, too_long)
     if fim is not None and fim.file_sep is not None and snippet_room > 0 and b.snippet_source == "similar":
         # This document's lines above the window are searched too (code repeats within a file: a sync
         # and an async twin, a sibling test); only those, so a choice stays right while the user types.
@@ -375,14 +391,17 @@ def build_prompt(lm, text: str, line: int, col: int, others: list[tuple[str, str
             room -= len(ids)
     head.extend(header)
     # The typed text comes last and takes what the total leaves (its end, nearest the cursor).
-    left = b.total - len(head) - specials - len(repeat) - len(above_ids) - (len(below_ids) if fim is not None else 0)
+    left = (b.total - len(head) - specials - len(file_head) - len(repeat) - len(above_ids)
+            - (len(below_ids) if fim is not None else 0))
     typed_ids, healed = healed_tail(lm, typed[-(4 * left + 64) :] if left > 0 else "", heal)
     typed_ids = typed_ids[-left:] if left > 0 else []
     below_text = below_kept[len(after) :] if below_kept.startswith(after) else ""
     if fim is None:
         return Prompt(above_ids + typed_ids, above_kept, typed, after, below_text, start_line=start, healed=healed)
-    ids = [*head, fim.prefix, *repeat, *above_ids, fim.suffix, *below_ids, fim.middle, *middle_ids, *typed_ids]
-    return Prompt(ids, above_kept, typed, after, below_text, names, start, healed)
+    ids = [*head, fim.prefix, *file_head, *repeat, *above_ids, fim.suffix, *below_ids, fim.middle, *middle_ids,
+           *typed_ids]
+    stable = [*head, fim.prefix, *stable] if b.snippet_source != "similar" else []  # (similar: chosen per place)
+    return Prompt(ids, above_kept, typed, after, below_text, names, start, healed, stable, head_end)
 
 
 def healed_tail(lm, tail: str, heal: str) -> tuple[list[int], str]:

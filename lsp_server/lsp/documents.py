@@ -31,6 +31,7 @@ from pygls.uris import to_fs_path
 
 from lsp_server.completion.buffers import open_buffers
 from lsp_server.completion.completer import MAX_INDEXED_CHARS
+from lsp_server.completion.head import SCAN_LINES
 from lsp_server.lsp.protocol import SURROGATE, Lines
 
 log = logging.getLogger(__name__)
@@ -49,9 +50,11 @@ class Snapshot:
 
 
 class WindowText(str):
-    """A snapshot's text: whole lines of a document from `first_line` on (documents.py docstring)."""
+    """A snapshot's text: whole lines of a document from `first_line` on (documents.py docstring),
+    and its first lines (`head_text`, lsp_server/completion/head.py) when they are not in it."""
 
     first_line = 0
+    head_text: str | None = None
 
 
 class _DocState:
@@ -215,6 +218,9 @@ class DocumentsMixin:
         else:
             window = WindowText(text[int(nl[first]) : int(nl[end]) - 1 if end < len(nl) else len(text)])
         window.first_line = first
+        if first:  # the document's first lines: the prompt's file head (lsp_server/completion/head.py)
+            top = min(first, SCAN_LINES)
+            window.head_text = text[: int(nl[top]) - 1 if top < len(nl) else len(text)]
         return first, window
 
     def to_client(self, text: str, line: int, col: int) -> types.Position:

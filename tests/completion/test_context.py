@@ -205,7 +205,8 @@ def test_the_snippets_setting_shares_the_budget_with_the_lines_above():
     assert small["similar"].snippets > 0 and small["similar"].snippet_source == "similar"
     assert small["similar"].above + small["similar"].snippets == small["heads"].above  # same total, fewer lines above
     big = {s: ContextBudget.scaled(2048, s) for s in ContextBudget.SOURCES}
-    assert big["heads"] == ContextBudget(total=2048, above=1536, below=64, snippets=352, repeat=ContextBudget.REPEAT_MAX)
+    assert big["heads"] == ContextBudget(total=2048, above=1536 - ContextBudget.FILE_HEAD_MAX, below=64, snippets=352,
+                                         repeat=ContextBudget.REPEAT_MAX, file_head=ContextBudget.FILE_HEAD_MAX)
     assert big["similar"].above == big["heads"].above and big["none"].snippets == 0
     with pytest.raises(ValueError, match="snippets must be one of"):
         ContextBudget.scaled(320, "nearby")

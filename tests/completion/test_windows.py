@@ -281,3 +281,35 @@ def test_a_line_too_long_to_tokenize_never_enters_the_middle(tiny):
     lines.insert(at + 1, "        y")
     p = build_prompt(tiny, "\n".join(lines), at + 1, 9, budget=budget, window=w)
     assert -1 not in p.ids and w.middle == at + 1
+
+
+def test_every_place_below_the_file_head_starts_with_it_and_a_place_above_it_holds_it_once(tiny):
+    b = ContextBudget.scaled(256)
+    assert b.file_head == 64 and b.above == 192 - 64  # the head is taken from the lines above
+    prompts = [build_prompt(tiny, TEXT, line, 0, path="conv.py", budget=b, window=Window(), heal="token")
+               for line in (300, 900, 1500)]
+    stable = prompts[0].stable
+    head = tiny.decode(stable[stable.index(tiny.fim.prefix) + 1:])
+    assert head.startswith("import math\n") and "mypy" not in head  # its first lines after the leading comment
+    assert len(tiny.encode(head)) <= b.file_head
+    for p in prompts:
+        assert p.stable == stable and p.ids[: len(stable)] == stable and p.stable_end == head.count("\n") + 1
+        assert p.start_line > p.stable_end  # the window starts far below: the head is not in it
+    for line in range(1, 16):  # near the top the window holds some of the head's lines: never twice
+        near = build_prompt(tiny, TEXT, line, 0, path="conv.py", budget=b, window=Window(), heal="token")
+        shown = tiny.decode(near.ids)
+        assert shown.count("import math\n") == 1 and shown.count("from typing import Literal\n") <= 1, line
+        assert near.stable == stable  # (the head every place below it starts with: what idle prefill warms up here)
+
+
+def test_idle_prefill_at_the_top_warms_the_file_head_that_a_new_place_reuses(tiny):
+    from lsp_server.completion.completer import Completer, CompleterSettings
+    from lsp_server.decoding.types import DecodeOptions
+
+    c = Completer(tiny, settings=CompleterSettings(drafter="none"))
+    st = c.warm(TEXT, 0, 0, name="conv.py", cache_key="conv.py")  # didOpen aims at the top
+    top = c.prompt_for(TEXT, 0, 0, name="conv.py", cache_key="conv.py")
+    assert st.prefill_tokens == len(top.stable) > len(top.ids)  # the head, not the short prompt at the top
+    s = c.complete(TEXT, 1200, 8, name="conv.py", cache_key="conv.py", options=DecodeOptions(max_new_tokens=2))
+    assert s.prompt.ids[: len(top.stable)] == top.stable
+    assert s.completion.stats.reused_tokens == len(top.stable)  # a new place pays its own lines only
