@@ -239,9 +239,11 @@ class Completer:
         """
         prompt = self.prompt_for(text, line, col, name=name, cache_key=cache_key, others=others)
         ids = prompt.ids
-        if line < prompt.stable_end and ids[: len(prompt.stable)] != prompt.stable:
-            # Aimed at the file's head (didOpen aims at the top): warm what the prompt of every place
-            # below it starts with (context.py `_file_head`); a request up here has a short prompt.
+        cached = self.engine.cached_ids(cache_key) if line < prompt.stable_end else None
+        if cached is not None and prompt.stable[: len(cached)] == cached:
+            # Aimed at the head of a document whose cache holds no place yet (didOpen aims at the top): warm
+            # what the prompt of every place below the head starts with (head.py), not the short prompt up
+            # here. Once a place was asked, its cache serves the requests that follow there: kept.
             ids = [*prompt.stable, 0]  # (Engine.warm prefills all but the last id)
         return self.engine.warm(ids, cache_key, cancel=cancel, chunk=chunk)
 

@@ -92,6 +92,11 @@ class Engine:
     def cached_keys(self) -> list[str]:
         return list(self._kv)
 
+    def cached_ids(self, key: str) -> list[int]:
+        """The token ids the cache of `key` holds ([] if none)."""
+        state = self._kv.get(key)
+        return list(state.ids) if state is not None else []
+
     def forget(self, key: str) -> None:
         state = self._kv.pop(key, None)
         if state is not None:

@@ -313,3 +313,7 @@ def test_idle_prefill_at_the_top_warms_the_file_head_that_a_new_place_reuses(tin
     s = c.complete(TEXT, 1200, 8, name="conv.py", cache_key="conv.py", options=DecodeOptions(max_new_tokens=2))
     assert s.prompt.ids[: len(top.stable)] == top.stable
     assert s.completion.stats.reused_tokens == len(top.stable)  # a new place pays its own lines only
+    # A place asked up in the head keeps its cache: idle prefill aimed there warms its prompt, not the head.
+    near = c.complete(TEXT, 3, 0, name="conv.py", cache_key="conv.py", options=DecodeOptions(max_new_tokens=2))
+    assert c.warm(TEXT, 3, 0, name="conv.py", cache_key="conv.py").prefill_tokens == 0
+    assert c.engine.cached_ids("conv.py")[: len(near.prompt.ids) - 1] == near.prompt.ids[:-1]
