@@ -239,11 +239,11 @@ class Completer:
         """
         prompt = self.prompt_for(text, line, col, name=name, cache_key=cache_key, others=others)
         ids = prompt.ids
-        cached = self.engine.cached_ids(cache_key) if line < prompt.stable_end else None
+        cached = self.engine.cached_ids(cache_key) if line == 0 and prompt.stable_end > 0 else None
         if cached is not None and prompt.stable[: len(cached)] == cached:
-            # Aimed at the head of a document whose cache holds no place yet (didOpen aims at the top): warm
-            # what the prompt of every place below the head starts with (head.py), not the short prompt up
-            # here. Once a place was asked, its cache serves the requests that follow there: kept.
+            # Aimed at the first line of a document whose cache holds no place yet (didOpen aims there): warm
+            # what the prompt of every place below the file's head starts with (head.py), not the prompt of
+            # line 1, which holds no lines above. Once a place was asked, its cache serves the requests there.
             ids = [*prompt.stable, 0]  # (Engine.warm prefills all but the last id)
         return self.engine.warm(ids, cache_key, cancel=cancel, chunk=chunk)
 

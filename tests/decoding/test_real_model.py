@@ -176,7 +176,8 @@ def _mid_word_positions(count: int = 2):
 def test_healed_prompts_speculative_equals_plain_and_typing_keeps_the_prompt(lm, where):
     """Token healing on the default model (lsp_server/decoding/healing.py): with the line cut inside
     a word the prompt ends before the word, the model writes it under the mask, n-gram speculation
-    gives drafting off's tokens, and typing one more letter of the word leaves the prompt as it was."""
+    gives drafting off's tokens, and typing one more letter of the word leaves the prompt as it was
+    or extends it by the token the letter completed."""
     from lsp_server.decoding.healing import Healing, VocabBytes
 
     name, text, line, col = _mid_word_positions()[where]
@@ -196,7 +197,9 @@ def test_healed_prompts_speculative_equals_plain_and_typing_keeps_the_prompt(lm,
         out = engine.generate(p.ids, drafter=ngram, options=opts, cache_key=name, constraint=h)
         assert out.tokens == ref.tokens
     assert lines[line][col].isalpha()  # the next letter of the same word
-    assert build_prompt(lm, typed(col + 1), line, col + 1, path=name, budget=SHORT, heal="token").ids == p.ids
+    # The prompt stays, or grows by the token the letter completed (` ke` + `e` for `kee`): its cache serves.
+    more = build_prompt(lm, typed(col + 1), line, col + 1, path=name, budget=SHORT, heal="token").ids
+    assert more[: len(p.ids)] == p.ids and len(more) - len(p.ids) <= 1
 
 
 def _indented_positions(per_file: int = 3):
