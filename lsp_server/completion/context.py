@@ -44,7 +44,7 @@ only when it must:
   in place of as many at the top of the window above; chosen when the place is new and kept while
   it stays, so they do not move the prompt's start while lines are typed there.
 - This file's head (its first lines after leading comments: imports, usually) opens the prefix
-  when the window starts below it (head.py `file_head`). It is the same at every place in the file, so
+  when the window starts below it (head.py `file_head_ids`). It is the same at every place in the file, so
   a place not visited yet reuses its cache and costs only its own lines: the head's tokens are
   taken from the window (`ContextBudget.file_head`), so a new place costs that many fewer.
 - The lines-below window is filled from the cursor line down (whole lines, up to
@@ -84,7 +84,7 @@ class Prompt:
     start_line: int = 0  # 0-based first line of the lines-above window
     healed: str = ""  # the end of `typed` left out of the ids: the model writes it (token healing)
     # The ids the prompt of every place below the file's head starts with (snippets, header, <fim_prefix>,
-    # the head: head.py `file_head`), and the line after the head; idle prefill at the top warms these.
+    # the head: head.py `file_head_ids`), and the line after the head; idle prefill at the top warms these.
     stable: list[int] = field(default_factory=list)
     stable_end: int = 0
 
@@ -104,8 +104,8 @@ class ContextBudget:
     snippet_source: str = "heads"  # heads: each buffer's start; similar: chunks like the code around the cursor
     slack: int | None = None  # room left below the lines-above window when it is re-anchored; None: above // 6
     chunk_lines: int = 8  # the lines-above window starts at a multiple of this when it can
-    repeat: int = 0  # of which what followed the lines above the cursor elsewhere in the file (retrieval.py `repeat_ids`)
-    file_head: int = 0  # of which this file's first lines, opening the prefix below them (head.py `file_head`)
+    repeat: int = 0  # of which what followed the lines above the cursor elsewhere in the file (retrieval.py)
+    file_head: int = 0  # of which this file's first lines, opening the prefix below them (head.py `file_head_ids`)
 
     def room_for_slack(self) -> int:
         return self.above // 6 if self.slack is None else max(0, min(self.slack, self.above))
@@ -169,7 +169,7 @@ class Window:
     anchored: int = 0  # times the start was chosen afresh (the first time included)
     head: tuple[str, ...] = ()  # the text of the window's first lines, to follow them when lines above move
     chosen: tuple = ()  # (window start, buffer names, [(name, first line)]): retrieved snippets (retrieval.py)
-    repeat: tuple = ()  # (middle line, lines): what followed the lines above the cursor further up (retrieval.py `repeat_ids`)
+    repeat: tuple = ()  # (middle line, lines): what followed the lines above the cursor further up (retrieval.py)
     middle: int | None = None  # first line of the middle: lines typed at this place go after <fim_middle> (`_middle_from`)
     last_line: int | None = None  # the cursor line of the last prompt
     suffix: str | None = None  # the text after the cursor that prompt held (the place's, while lines are typed there)
@@ -400,8 +400,10 @@ def build_prompt(lm, text: str, line: int, col: int, others: list[tuple[str, str
         return Prompt(above_ids + typed_ids, above_kept, typed, after, below_text, start_line=start, healed=healed)
     ids = [*head, fim.prefix, *file_head, *repeat, *above_ids, fim.suffix, *below_ids, fim.middle, *middle_ids,
            *typed_ids]
-    stable = [*head, fim.prefix, *stable] if b.snippet_source != "similar" else []  # (similar: chosen per place)
-    return Prompt(ids, above_kept, typed, after, below_text, names, start, healed, stable, head_end)
+    if b.snippet_source == "similar":  # snippets chosen per place: no start every place shares
+        return Prompt(ids, above_kept, typed, after, below_text, names, start, healed)
+    return Prompt(ids, above_kept, typed, after, below_text, names, start, healed, [*head, fim.prefix, *stable],
+                  head_end)
 
 
 def healed_tail(lm, tail: str, heal: str) -> tuple[list[int], str]:
