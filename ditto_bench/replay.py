@@ -403,6 +403,7 @@ class DittoDriver:
             "server_latency_ms": trace.get("latency_ms") if same else None,
             "waited_ms": trace.get("waited_ms") if same else None,
             "job_ms": trace.get("job_ms") if same else None,
+            "ahead": bool(trace.get("ahead")) if same else None,  # answered from a suggestion generated while idle
         })
         if self.opts.check_continuations and self.system != "ditto-base" and rec["stop_reason"] == "paused":
             rec["continuation"] = c.call("ditto/debug/checkPlace", {"uri": self.uri}, timeout=600).get("result")

@@ -75,7 +75,7 @@ class Settings:
     first_answer_s: float | None = 1.0
     multiline: bool = True  # ghost text may span lines (until the current block ends)
     adaptive: bool = True  # choose each draft's length from measured pass costs; False = verify draft_max tokens
-    idle_prefill: bool = True  # prefill the likely next prompt while the user pauses (the worker is otherwise idle)
+    idle_prefill: bool = True  # prefill the likely next prompt, then generate its suggestion, while the user pauses
     # The drafter's index of the open buffers, all together, in MB; least recently used ones beyond it are
     # dropped from it and indexed again when visited (completion/buffers.py; ~26 bytes a token).
     index_memory_mb: int = 64

@@ -32,7 +32,8 @@ def configure(p: argparse.ArgumentParser) -> None:
     add_decode_args(p)
     srv = p.add_argument_group("server")
     srv.add_argument("--no-idle-prefill", action="store_true",
-                     help="do not prefill the likely next prompt while the editor is idle (on by default)")
+                     help="do not prefill the likely next prompt, nor generate its suggestion, while the editor is idle "
+                          "(on by default)")
     srv.add_argument("--first-answer", dest="first_answer_s", type=_seconds_or_none, default=Settings.first_answer_s,
                      metavar="SECONDS|none",
                      help="answer with the first complete line, or after this long decoding, and generate the rest "

@@ -249,7 +249,7 @@ class Completer:
 
     def complete(self, text: str, line: int, col: int, *, name: str | None = None, options: DecodeOptions | None = None,
                  drafter: str | None = None, cancel: threading.Event | None = None, cache_key: str | None = None,
-                 others: list[tuple[str, str]] | None = None) -> Suggestion:
+                 others: list[tuple[str, str]] | None = None, hold: threading.Event | None = None) -> Suggestion:
         """Complete at 0-based (line, col) of `text`; col counts code points.
 
         The end of the typed text is healed (`prompt_for`): the model writes it again, under
@@ -263,6 +263,8 @@ class Completer:
         suggestion is served from it: at once when the rest is there, else by resuming the
         paused generation, never by a new one. Deadline plus continuation give the tokens of
         one uninterrupted generation (lsp_server/decoding/engine.py `resume`).
+
+        `hold` (`ahead`): once set, the generation pauses after its current pass, as at the deadline.
         """
         t0 = time.perf_counter()
         opts = options or DecodeOptions()
@@ -286,9 +288,12 @@ class Completer:
                       drafter_name if d is not None else ("none" if self.generator.drafts else "remote"), self.lm.decode)
         deadline = (opts.first_answer_s is not None and opts.greedy and cache_key is not None
                     and self.engine is not None)
+        pause = place.pause_rule(0, opts.first_answer_s) if deadline else None
+        if pause is not None and hold is not None:
+            pause = _or_held(pause, hold)
         gen = self.generator.generate(prompt, options=opts, done=place.done, drafter=d, cancel=cancel,
                                       cache_key=cache_key, constraint=constraint,
-                                      **({"pause": place.pause_rule(0, opts.first_answer_s)} if deadline else {}))
+                                      **({"pause": pause} if pause is not None else {}))
         if deadline:
             place.again = lambda: self.generator.generate(
                 prompt, options=replace(opts, first_answer_s=None, time_budget_s=None), done=place.done, drafter=d,
@@ -297,8 +302,23 @@ class Completer:
         place.update(gen.text, gen.completion)
         sug = place.answer(0, (time.perf_counter() - t0) * 1000, notice=gen.notice)
         if cache_key is not None:
+            place.ahead = hold is not None
             self._keep_place(cache_key, place)
         return sug
+
+    def ahead(self, text: str, line: int, col: int, *, name: str | None = None, options: DecodeOptions,
+              cache_key: str, hold: threading.Event) -> bool:
+        """Generate, while the worker is idle, the suggestion a request at (line, col) would get, so
+        that the request is answered from it (llama.vim's "speculative FIM", here for the place the
+        user is at). Greedy with a deadline only: the generation pauses at its first complete line
+        (the deadline's rule) or as soon as `hold` is set (a request or a newer aim came), and a
+        request at the same place resumes it (`_from_place`), so what it shows is what it would
+        have generated itself. True when a suggestion was kept for `cache_key`."""
+        if (self.engine is None or not options.greedy or options.first_answer_s is None
+                or not self.settings.type_through or hold.is_set() or self.place_fits(cache_key, text, line, col)):
+            return False  # (a suggestion that fits is there: the request is served from it)
+        self.complete(text, line, col, name=name, options=options, cache_key=cache_key, hold=hold)
+        return cache_key in self._places
 
     # -- places: one generation answered in pieces (a deadline, its continuation, type-through) ------
     def _keep_place(self, key: str, place: "Place") -> None:
@@ -371,8 +391,10 @@ class Completer:
         if place is None or not opts.greedy:
             return None
         before, after = _cut(text, line, col)
-        if after != place.after or len(before) <= len(place.before) or not before.startswith(place.before):
+        if after != place.after or len(before) < len(place.before) or not before.startswith(place.before):
             return None
+        if len(before) == len(place.before) and not place.ahead:
+            return None  # asked again where it was shown: a new generation (the user may have dismissed it)
         typed = before[len(place.before) :]
         if not place.text.startswith(typed):
             return None
@@ -388,6 +410,11 @@ class Completer:
                 return None
             return place.answer(len(typed), 0.0, resumed=True)
         return place.answer(len(typed), 0.0, typethrough=True)
+
+
+def _or_held(pause: Callable[[list[int]], bool], hold: threading.Event) -> Callable[[list[int]], bool]:
+    """`pause`, or pause at once when `hold` is set (a generation made ahead yields to a request)."""
+    return lambda out: hold.is_set() or pause(out)
 
 
 def _cut(text: str, line: int, col: int) -> tuple[str, str]:

@@ -31,6 +31,7 @@ class Suggestion:
     continuing: bool = False  # answered at the deadline: the rest is still to be generated (Completer.continue_place)
     from_continuation: bool = False  # its text was generated after an earlier answer's deadline
     resumed: bool = False  # served by resuming the generation paused at this place (no new prompt)
+    ahead: bool = False  # generated while the worker was idle, before the request came (Completer.ahead)
 
     def summary(self, model: str) -> dict:
         s = self.completion.stats
@@ -76,6 +77,7 @@ class Place:
         self.finished = False
         self.first = 0  # characters of `text` the first answer covered: served beyond that = from the continuation
         self.pauses = 0  # times its generation paused at a deadline
+        self.ahead = False  # generated while idle for a request not made yet, and not shown (Completer.ahead)
         # The same generation again, uninterrupted (no deadline, no time limit): Completer.check_place's reference.
         self.again: Callable[[], Completion] | None = None
 
@@ -140,7 +142,11 @@ class Place:
 
     def answer(self, offset: int, latency_ms: float, *, notice: str | None = None, typethrough: bool = False,
                resumed: bool = False) -> Suggestion:
-        """The ghost text for a cursor `offset` characters past the original one."""
+        """The ghost text for a cursor `offset` characters past the original one. The first answer of a
+        place generated ahead (idle work) is its first answer, whether it resumed the generation or not."""
+        ahead, self.ahead = self.ahead and offset == 0, False
+        if ahead:
+            typethrough = False
         shown = self.text[offset:]
         if not self.finished:
             shown = shown.rstrip(_PARTIAL)
@@ -149,12 +155,13 @@ class Place:
             after = self.after.split("\n", 1)[0].rstrip("\r")
             if not shown.strip() or (after and after.startswith(shown)):
                 shown = ""
-        if offset == 0 and not typethrough and not resumed:
+        if offset == 0 and not typethrough and (ahead or not resumed):
             self.first = len(shown)
         completion = self.completion if not typethrough else Completion([], Stats(stop_reason="typethrough"), [])
         return Suggestion(shown, self.raw, self.prompt, completion, self.drafter, latency_ms, typethrough=typethrough,
-                          notice=notice, continuing=not self.finished, resumed=resumed,
-                          from_continuation=(typethrough or resumed) and bool(shown) and offset + len(shown) > self.first)
+                          notice=notice, continuing=not self.finished, resumed=resumed, ahead=ahead,
+                          from_continuation=(typethrough or resumed) and not ahead and bool(shown)
+                          and offset + len(shown) > self.first)
 
 
 def _has_complete_line(text: str) -> bool:

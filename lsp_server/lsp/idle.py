@@ -8,6 +8,8 @@ In order (after one slice of indexing, so that it goes on however often requests
 2. prefill the prompt of the place the user is at (the newest aim), so the next request there
    prefills nothing. Where the user typed something other than the paused suggestion, this
    ends that generation (it could serve no request there) instead of leaving the pause idle.
+   Then generate the suggestion there, up to its first complete line (`Completer.ahead`), and
+   go on as with 1: a request there is answered from it, or resumes it where it stopped;
 3. index the open buffers for the drafter, a slice at a time (lsp_server/lsp/documents.py
    `index_while_idle`; a request waits for at most one slice), only while a draft could pay
    (lsp_server/completion/completer.py `index_wanted`).
@@ -79,23 +81,24 @@ class IdleMixin:
             if cancel.is_set():
                 return  # a request came: it goes on from here
         self._continue_uri = None
-        if aim is not None and self.settings.idle_prefill:
-            self._warm(aim, cancel)
+        if aim is not None and self.settings.idle_prefill and self._warm(aim, cancel):
+            self._ahead(aim, cancel)
         self.index_while_idle(cancel)
 
     def _fits(self, snap: Snapshot) -> bool:
         """Whether the suggestion being finished at `snap.uri` still fits the document there."""
         return self.completer.place_fits(snap.uri, model_text(snap.text), snap.line, snap.col)
 
-    def _warm(self, snap: Snapshot, cancel: threading.Event) -> None:
+    def _warm(self, snap: Snapshot, cancel: threading.Event) -> bool:
+        """Prefill the prompt at `snap`; True when all of it is in the cache now."""
         completer = self.completer
         if completer is None or completer.engine is None or cancel.is_set():
-            return
+            return False
         doc = self.document(snap.uri)
         if doc is None or doc.version != snap.version:
-            return  # the document moved on; a newer aim follows
+            return False  # the document moved on; a newer aim follows
         if completer.pending(snap.uri) and self._fits(snap):
-            return  # prefilling here would end the paused generation (the request there resumes it)
+            return False  # prefilling here would end the paused generation (the request there resumes it)
         # A paused generation the user typed past (its text is not what was typed) can serve no
         # request: warming the new prompt ends it and keeps its prompt's cache for the new one.
         self._apply_dirty(completer)
@@ -113,3 +116,23 @@ class IdleMixin:
         if self._aim is snap and st.stop_reason != "cancelled":
             self._aim = None  # done: nothing more to warm until the next aim
         self._warmed[snap.uri] = True
+        return st.stop_reason != "cancelled"
+
+    def _ahead(self, snap: Snapshot, cancel: threading.Event) -> None:
+        """Generate the suggestion at `snap` (its prompt is cached) until its first line is complete or
+        a request comes; finish it later like a suggestion answered at its deadline."""
+        completer = self.completer
+        if self._aim is not None and self._aim is not snap:
+            return  # aimed elsewhere since: warm there first
+        self._idle_cancel, self._step_uri = cancel, snap.uri
+        try:
+            kept = completer.ahead(model_text(snap.text), snap.line, snap.col, name=buffer_name(snap.uri),
+                                   options=self.settings.decode_options(), cache_key=snap.uri, hold=cancel)
+        finally:
+            self._idle_cancel = self._step_uri = None
+        self.counters.idle_ahead += int(kept)
+        if kept and completer.pending(snap.uri):
+            if cancel.is_set():
+                self._continue_uri = snap.uri  # for the idle work after what stopped this one (a keystroke)
+            else:
+                self.continue_later(snap.uri)

@@ -32,6 +32,8 @@ class Counters:
     idle_prefills_stopped: int = 0  # of which stopped early by a request or a newer aim (their chunks stay cached)
     idle_hits: int = 0  # requests whose prompt was at least 90% in the cache right after an idle prefill
     idle_continuations: int = 0  # suggestions answered at their deadline and finished while idle
+    idle_ahead: int = 0  # suggestions generated while idle where the user is, before a request (Completer.ahead)
+    served_ahead: int = 0  # requests answered from such a suggestion
     paused: int = 0  # requests answered at the deadline (first complete line), the rest generated later
     served_by_continuation: int = 0  # requests answered with text generated after an earlier answer's deadline
     resumed: int = 0  # of which the request resumed the paused generation itself (it was not finished yet)
@@ -66,7 +68,8 @@ class StatsMixin:
             "accepted": c.accepted,
             "typethrough": c.typethrough,
             "idle_prefill": {"runs": c.idle_prefills, "tokens": c.idle_prefill_tokens,
-                             "stopped": c.idle_prefills_stopped, "hits": c.idle_hits},
+                             "stopped": c.idle_prefills_stopped, "hits": c.idle_hits,
+                             "ahead": c.idle_ahead, "served_ahead": c.served_ahead},
             "deadline": {"answered_at_deadline": c.paused, "finished_while_idle": c.idle_continuations,
                          "served_by_continuation": c.served_by_continuation, "resumed_by_request": c.resumed},
             "model": self.model_info.get("model") if self.model_state == "ready" else self.settings.model,

@@ -104,6 +104,7 @@ class SuggestMixin:
         c.paused += int(sug.continuing and not sug.typethrough and not sug.resumed)
         c.served_by_continuation += int(sug.from_continuation)
         c.resumed += int(sug.resumed)
+        c.served_ahead += int(sug.ahead)
         if sug.continuing:
             self.continue_later(snap.uri)
         c.latencies_ms.append((time.perf_counter() - t0) * 1000)
@@ -132,6 +133,7 @@ class SuggestMixin:
             "stop_reason": s.stop_reason,
             "stats": s.as_dict(),
             "latency_ms": round(sug.latency_ms, 1),
+            "ahead": sug.ahead,  # generated while idle before the request (its stats are that generation's)
             "rounds": [{
                 "proposed": [lm.token_text(t) for t in r.proposed],
                 "proposed_text": lm.decode(r.proposed) if r.proposed else "",

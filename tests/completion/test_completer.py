@@ -1,6 +1,7 @@
 """The Completer: type-through and KV reuse across keystrokes, on the tiny model."""
 
 import copy
+import threading
 from dataclasses import replace
 
 import pytest
@@ -322,6 +323,62 @@ def test_a_request_elsewhere_ends_the_paused_generation(lm):
     assert first.continuing and c.pending("a")
     c.complete(doc, 1, 4, options=DecodeOptions(max_new_tokens=4), cache_key="a")  # another place, same document
     assert not c.pending("a") and not c.continue_place("a")
+
+
+class _HeldAfter:
+    """A `hold` event that turns set after `n` looks: a request arriving after n passes of the idle generation."""
+
+    def __init__(self, n: int):
+        self.n = n
+
+    def is_set(self) -> bool:
+        self.n -= 1
+        return self.n < 0
+
+
+@pytest.mark.parametrize("doc,line,col", DEADLINE_DOCS)
+@pytest.mark.parametrize("held_after", [None, 1, 3])
+def test_a_suggestion_generated_ahead_answers_the_request_there_with_the_plain_generation(lm, doc, line, col,
+                                                                                         held_after):
+    """Idle work generates the suggestion where the user is (Completer.ahead) until its first line is
+    complete, or until a request comes (`hold`, here after 1 or 3 looks); the request at that place is
+    answered from it (resuming it where it stopped) and what it shows is a start of the plain
+    generation's suggestion, whose tokens the finished generation has exactly. A request elsewhere or
+    one with text typed differently is not served from it."""
+    opts = DecodeOptions(max_new_tokens=24, draft_max=0, first_answer_s=1e9)
+    ref = Completer(lm).complete(doc, line, col, options=replace(opts, first_answer_s=None), cache_key="a")
+    c = Completer(lm)
+    hold = threading.Event() if held_after is None else _HeldAfter(held_after + 1)  # (+1: ahead's first look)
+    kept = c.ahead(doc, line, col, options=opts, cache_key="a", hold=hold)
+    if not kept:
+        assert not ref.text.strip() or held_after is not None  # nothing shown yet when held at once
+        return
+    assert c._places["a"].ahead
+    answer = c.complete(doc, line, col, options=opts, cache_key="a")
+    assert answer.ahead and not answer.typethrough
+    assert ref.text.startswith(answer.text)
+    assert answer.text == ref.text.split("\n")[0] or "\n" in answer.text or c._places["a"].finished
+    while c.pending("a"):
+        c.continue_place("a")
+    assert c._places["a"].completion.tokens == ref.completion.tokens and c._places["a"].text == ref.text
+    again = c.complete(doc, line, col, options=opts, cache_key="a")  # asked again where it was shown: generated anew
+    assert not again.ahead and again.text.startswith(answer.text[:1])
+
+
+def test_a_suggestion_generated_ahead_is_not_made_where_one_fits_and_serves_no_other_text(lm):
+    doc, line, col = DEADLINE_DOCS[0]
+    opts = DecodeOptions(max_new_tokens=24, draft_max=0, first_answer_s=1e9)
+    c = Completer(lm)
+    assert c.ahead(doc, line, col, options=opts, cache_key="a", hold=threading.Event())
+    assert not c.ahead(doc, line, col, options=opts, cache_key="a", hold=threading.Event())  # one is there
+    assert not c.ahead(doc, line, col, options=replace(opts, first_answer_s=None), cache_key="b",
+                       hold=threading.Event())  # no deadline: a request answers only when the whole is done
+    assert not c.ahead(doc, line, col, options=replace(opts, temperature=0.8), cache_key="b",
+                       hold=threading.Event())  # sampled: a request must draw its own
+    other = doc.replace("def pop(self):", "def peek(self):")
+    sug = c.complete(other, line, col, options=opts, cache_key="a")
+    assert not sug.ahead
+    assert sug.text == Completer(lm).complete(other, line, col, options=opts, cache_key="a").text
 
 
 @pytest.mark.parametrize("doc,line,col", DEADLINE_DOCS)

@@ -154,3 +154,33 @@ async def test_a_paused_suggestion_typed_past_does_not_stop_idle_prefill(client:
         assert s["prefill_tokens"] == 0 and s["reused_tokens"] > 0, s  # the typed line was warmed while idle
     finally:
         client.workspace_did_change_configuration(types.DidChangeConfigurationParams(settings=FAST))
+
+
+def shown(result) -> str | None:
+    items = getattr(result, "items", result) or []
+    return items[0].insert_text if items else None
+
+
+async def test_while_idle_the_suggestion_where_the_user_is_is_generated_and_answers_the_request(
+        client: LanguageClient):
+    """Once the prompt at the cursor is prefilled, idle work generates its suggestion there
+    (`Completer.ahead`); the request made there is answered from it (its trace says `ahead`,
+    `ditto/stats` counts it), and the same request again, generated anew, shows the same text."""
+    uri = "file:///tmp/ditto-idle/ahead.py"
+    before = (await stats(client))["idle_prefill"]
+    open_doc(client, uri, DOC)
+    line = 100
+    move_cursor(client, uri, line, 4)
+    for _ in range(int(TIMEOUT / 0.05)):
+        s = await stats(client)
+        if s["idle_prefill"]["ahead"] > before["ahead"] and not s["worker_busy"]:
+            break
+        await asyncio.sleep(0.05)
+    else:
+        raise AssertionError(f"no suggestion was generated while idle within {TIMEOUT} s: {s}")
+    first = shown(await asyncio.wait_for(inline(client, uri, line, 4), TIMEOUT))
+    assert (await trace(client, uri))["ahead"] is True
+    assert (await stats(client))["idle_prefill"]["served_ahead"] == before["served_ahead"] + 1
+    again = shown(await asyncio.wait_for(inline(client, uri, line, 4), TIMEOUT))
+    assert (await trace(client, uri))["ahead"] is False  # shown once: asked again, it is generated anew
+    assert first == again and first

@@ -42,7 +42,7 @@ M.server_options = {
 ---@field time_budget_s? number|vim.NIL Seconds one suggestion may take (vim.NIL = no limit).
 ---@field multiline? boolean Suggestions may span lines.
 ---@field adaptive? boolean Choose each draft's length from measured pass costs. Default true.
----@field idle_prefill? boolean Prefill the next prompt while you pause. Default true.
+---@field idle_prefill? boolean Prefill the next prompt, and start its suggestion, while you pause. Default true.
 ---@field first_answer_s? number|vim.NIL Answer at the first complete line, or after this many seconds of decoding (vim.NIL = wait for all). Default 1.
 ---@field load_wait_s? number Seconds a request made while the model loads waits for it (0 = none). Default 120.
 ---@field index_memory_mb? integer Memory for the drafter's index of the open buffers, in MB. Default 64.
