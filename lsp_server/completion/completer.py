@@ -313,10 +313,16 @@ class Completer:
         user is at). Greedy with a deadline only: the generation pauses at its first complete line
         (the deadline's rule) or as soon as `hold` is set (a request or a newer aim came), and a
         request at the same place resumes it (`_from_place`), so what it shows is what it would
-        have generated itself. True when a suggestion was kept for `cache_key`."""
+        have generated itself. Only where the cache holds that prompt (idle prefill warmed it): a
+        prefill is not stopped by `hold`, and idle prefill aimed at the top of a document warms
+        the file's head instead (`warm`), which the prompt of line 1 would evict. True when a
+        suggestion was kept for `cache_key`."""
         if (self.engine is None or not options.greedy or options.first_answer_s is None
                 or not self.settings.type_through or hold.is_set() or self.place_fits(cache_key, text, line, col)):
             return False  # (a suggestion that fits is there: the request is served from it)
+        ids = self.prompt_for(text, line, col, name=name, cache_key=cache_key).ids
+        if self.engine.cached_ids(cache_key)[: len(ids) - 1] != ids[:-1]:
+            return False
         self.complete(text, line, col, name=name, options=options, cache_key=cache_key, hold=hold)
         return cache_key in self._places
 

@@ -348,6 +348,9 @@ def test_a_suggestion_generated_ahead_answers_the_request_there_with_the_plain_g
     opts = DecodeOptions(max_new_tokens=24, draft_max=0, first_answer_s=1e9)
     ref = Completer(lm).complete(doc, line, col, options=replace(opts, first_answer_s=None), cache_key="a")
     c = Completer(lm)
+    assert not c.ahead(doc, line, col, options=opts, cache_key="a", hold=threading.Event())  # not prefilled yet
+    assert c.engine.cached_ids("a") == []
+    c.warm(doc, line, col, cache_key="a")  # idle prefill, then:
     hold = threading.Event() if held_after is None else _HeldAfter(held_after + 1)  # (+1: ahead's first look)
     kept = c.ahead(doc, line, col, options=opts, cache_key="a", hold=hold)
     if not kept:
@@ -369,6 +372,8 @@ def test_a_suggestion_generated_ahead_is_not_made_where_one_fits_and_serves_no_o
     doc, line, col = DEADLINE_DOCS[0]
     opts = DecodeOptions(max_new_tokens=24, draft_max=0, first_answer_s=1e9)
     c = Completer(lm)
+    c.warm(doc, line, col, cache_key="a")
+    c.warm(doc, line, col, cache_key="b")
     assert c.ahead(doc, line, col, options=opts, cache_key="a", hold=threading.Event())
     assert not c.ahead(doc, line, col, options=opts, cache_key="a", hold=threading.Event())  # one is there
     assert not c.ahead(doc, line, col, options=replace(opts, first_answer_s=None), cache_key="b",

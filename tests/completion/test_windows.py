@@ -12,6 +12,7 @@ with the tiny-random tokenizer (always).
 from __future__ import annotations
 
 import random
+import threading
 
 import pytest
 
@@ -310,6 +311,11 @@ def test_idle_prefill_at_the_top_warms_the_file_head_that_a_new_place_reuses(tin
     st = c.warm(TEXT, 0, 0, name="conv.py", cache_key="conv.py")  # didOpen aims at the top
     top = c.prompt_for(TEXT, 0, 0, name="conv.py", cache_key="conv.py")
     assert st.prefill_tokens == len(top.stable) > len(top.ids)  # the head, not the short prompt at the top
+    # Idle work does not go on to generate at line 1 (Completer.ahead): its prompt would evict the head.
+    hold = threading.Event()
+    assert not c.ahead(TEXT, 0, 0, name="conv.py", options=DecodeOptions(first_answer_s=1.0), cache_key="conv.py",
+                       hold=hold)
+    assert c.engine.cached_ids("conv.py") == top.stable
     s = c.complete(TEXT, 1200, 8, name="conv.py", cache_key="conv.py", options=DecodeOptions(max_new_tokens=2))
     assert s.prompt.ids[: len(top.stable)] == top.stable
     assert s.completion.stats.reused_tokens == len(top.stable)  # a new place pays its own lines only
