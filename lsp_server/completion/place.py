@@ -8,7 +8,7 @@ lsp_server/completion/completer.py).
 from __future__ import annotations
 
 import time
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from typing import Callable
 
 from lsp_server.completion.context import Prompt
@@ -158,6 +158,9 @@ class Place:
         if offset == 0 and not typethrough and (ahead or not resumed):
             self.first = len(shown)
         completion = self.completion if not typethrough else Completion([], Stats(stop_reason="typethrough"), [])
+        if ahead and completion.stats.stop_reason == "cancelled":
+            # Its finishing while idle was stopped by this very request: paused, not a cancelled request.
+            completion = replace(completion, stats=replace(completion.stats, stop_reason="paused"))
         return Suggestion(shown, self.raw, self.prompt, completion, self.drafter, latency_ms, typethrough=typethrough,
                           notice=notice, continuing=not self.finished, resumed=resumed, ahead=ahead,
                           from_continuation=(typethrough or resumed) and not ahead and bool(shown)

@@ -368,6 +368,25 @@ def test_a_suggestion_generated_ahead_answers_the_request_there_with_the_plain_g
     assert not again.ahead and again.text.startswith(answer.text[:1])
 
 
+def test_a_suggestion_generated_ahead_whose_finishing_a_request_stopped_still_answers_that_request(lm):
+    """Idle work finishing the suggestion made ahead is stopped by the request that comes (its
+    generation stays paused, stop reason "cancelled"): the request is answered from it all the same,
+    not taken for a cancelled one (the server shows nothing for those)."""
+    doc, line, col = DOCS[1], 0, 6
+    opts = DecodeOptions(max_new_tokens=32, draft_max=0, first_answer_s=1e9)
+    ref = Completer(lm).complete(doc, line, col, options=replace(opts, first_answer_s=None), cache_key="a")
+    assert "\n" in ref.text and ref.text.split("\n")[0].strip()  # what the test needs: a complete first line
+    c = Completer(lm)
+    c.engine.warm(c.prompt_for(doc, line, col, cache_key="a").ids, "a")  # (`warm` at line 1 warms the file head)
+    assert c.ahead(doc, line, col, options=opts, cache_key="a", hold=threading.Event()) and c.pending("a")
+    stopped = threading.Event()
+    stopped.set()
+    c.continue_place("a", stopped)  # the idle work finishing it, stopped at once by the request
+    sug = c.complete(doc, line, col, options=opts, cache_key="a")
+    assert sug.ahead and sug.completion.stats.stop_reason != "cancelled"
+    assert sug.text == ref.text.split("\n")[0]
+
+
 def test_a_suggestion_generated_ahead_is_not_made_where_one_fits_and_serves_no_other_text(lm):
     doc, line, col = DEADLINE_DOCS[0]
     opts = DecodeOptions(max_new_tokens=24, draft_max=0, first_answer_s=1e9)
