@@ -9,7 +9,7 @@ In order (after one slice of indexing, so that it goes on however often requests
    prefills nothing. Where the user typed something other than the paused suggestion, this
    ends that generation (it could serve no request there) instead of leaving the pause idle.
    Then generate the suggestion there, up to its first complete line (`Completer.ahead`), and
-   go on as with 1: a request there is answered from it, or resumes it where it stopped;
+   go on as with 1: a request there is answered from it, or resumes it where it stopped.
 3. index the open buffers for the drafter, a slice at a time (lsp_server/lsp/documents.py
    `index_while_idle`; a request waits for at most one slice), only while a draft could pay
    (lsp_server/completion/completer.py `index_wanted`).
