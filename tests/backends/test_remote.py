@@ -550,7 +550,10 @@ def test_a_team_storm_loses_nothing_and_survives_an_engine_restart(engine):
     out = team_storm(engine.spec(), clients=2, edits=100, engine=engine, kill_at=0.2, down_s=0.5,
                      serve_args=["--remote", json.dumps(REMOTE)], server_env=ENV, max_tokens=8)
     assert out["lost"] == 0 and out["failed_clients"] == [], out
-    assert out["engine_concurrency"]["streams_generating_at_once_max"] == 1  # llama_cpp.server: one at a time
+    # Not asserted: `engine_concurrency` (docs/team.md reports it). The spans are what two client processes
+    # saw, and llama_cpp.server ends the stream under way when a new request comes (its `interrupt_requests`):
+    # at that handover the two clients can record the end and the next first piece in either order, so a
+    # count of 2 appeared once in a quiet run (2026-12-04) although the engine generates for one at a time.
     for row in out["per_client"]:
         assert row["answered"] == row["requests"] and row["engine_errors"] >= 1  # it saw the outage
         assert row["recovered_s_after_restart"] is not None, row  # and a suggestion after it
