@@ -90,7 +90,8 @@ class IdleMixin:
         return self.completer.place_fits(snap.uri, model_text(snap.text), snap.line, snap.col)
 
     def _warm(self, snap: Snapshot, cancel: threading.Event) -> bool:
-        """Prefill the prompt at `snap`; True when all of it is in the cache now."""
+        """Prefill the prompt at `snap` (at line 1 of a document with nothing cached, the file's head:
+        Completer.warm); True when that prefill ran to its end (not stopped or skipped)."""
         completer = self.completer
         if completer is None or completer.engine is None or cancel.is_set():
             return False
