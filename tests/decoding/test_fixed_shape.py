@@ -215,6 +215,17 @@ def test_pass_options_from_the_environment():
         assert "\n" not in str(err.value)
     with pytest.raises(ModelError):
         pass_options(cuda, {"DITTO_CUDA_GRAPHS": "1", "DITTO_STATIC_CACHE": "0"})
+    # CUDA in bf16: graphs, the fixed shape and the static cache by default (the GPU check's
+    # decision, docs/gpu.md); any of the three set to 0 turns that off; other dtypes and the CPU keep the old path
+    bf16, graphed = torch.bfloat16, {"pad_to": 9, "static_cache": 4096, "cuda_graphs": True}
+    assert pass_options(cuda, {}, bf16) == graphed
+    assert pass_options(cuda, {"DITTO_STATIC_CACHE": "8192"}, bf16) == {**graphed, "static_cache": 8192}
+    for name in ("DITTO_CUDA_GRAPHS", "DITTO_FIXED_SHAPE", "DITTO_STATIC_CACHE"):
+        assert pass_options(cuda, {name: "0"}, bf16)["cuda_graphs"] is False
+    assert pass_options(cuda, {"DITTO_CUDA_GRAPHS": "0"}, bf16) == {"pad_to": None, "static_cache": None,
+                                                                     "cuda_graphs": False}
+    assert pass_options(cuda, {}, torch.float16)["cuda_graphs"] is False
+    assert pass_options(cpu, {}, bf16) == {"pad_to": None, "static_cache": None, "cuda_graphs": False}
 
 
 def test_the_static_pass_reads_no_tensor_value_on_the_host(lm, monkeypatch):

@@ -21,7 +21,8 @@ the KV in preallocated buffers indexed by position (`StaticKV`: crop is a length
 stale slots are masked until overwritten); `cuda_graphs=True` (CUDA and a static cache
 only) replays each pass shape from a captured CUDA graph. The same code runs eagerly on
 the CPU, where the tests hold it to the dynamic cache. `with_options` makes such a model;
-DITTO_FIXED_SHAPE, DITTO_STATIC_CACHE and DITTO_CUDA_GRAPHS set them at load (`wrap`).
+DITTO_FIXED_SHAPE, DITTO_STATIC_CACHE and DITTO_CUDA_GRAPHS set them at load (`wrap`); on
+CUDA in bf16 all three are on unless one is set to 0 (the GPU check's decision, docs/gpu.md).
 
 Also here: `small_batch_matmul` (verify passes over 2-4 tokens through (W @ x.T).T on
 the CPU; DITTO_SMALL_BATCH_MATMUL=0 turns it off), `hf_generate`, transformers' own
@@ -392,7 +393,7 @@ class TorchModel(TensorBackend):
 
 def wrap(spec, name, model, tok, dev, dt) -> TorchModel:
     """A loaded transformers module as a TorchModel, with the pass options of the environment (options.py)."""
-    lm = TorchModel(spec, name, model, tok, dev, dt, **pass_options(dev))
+    lm = TorchModel(spec, name, model, tok, dev, dt, **pass_options(dev, dtype=dt))
     if dev.type == "cpu" and small_batch_matmul_on():
         small_batch_matmul(model)
     return lm

@@ -20,15 +20,23 @@ DEFAULT_PASS_ROWS = 9  # the engine's default draft_max (8) + 1
 DEFAULT_STATIC_TOKENS = 4096  # grows (doubling, for every cache of the model) when a sequence needs more
 
 
-def pass_options(dev: torch.device, env=None) -> dict:
+def pass_options(dev: torch.device, env=None, dtype: torch.dtype | None = None) -> dict:
     """TorchModel's pass-shape options from the environment (docs/gpu.md):
     DITTO_FIXED_SHAPE=1 (or a row count R >= 2) pads every decode and verify pass to R rows
     (default 9) and, unless DITTO_STATIC_CACHE=0, keeps the KV in a static cache: the two
     together fix every shape of a pass, rows and attended length, which is what exactness
     in bf16 needs; DITTO_STATIC_CACHE=1 (or a capacity in tokens) alone uses the static
-    cache; DITTO_CUDA_GRAPHS=1 (CUDA only) sets both. All are off by default until the GPU
-    check (ditto_bench/gpucheck.py) has shown they hold there."""
+    cache; DITTO_CUDA_GRAPHS=1 (CUDA only) sets both.
+
+    On CUDA in bfloat16 (what Ditto picks on an NVIDIA GPU) CUDA graphs, and with them the
+    fixed shape and the static cache, are the default: the GPU check met every condition of
+    its decision rule there (docs/gpu.md, "The first run on a GPU"). Any of the three set to
+    0 turns that default off. Elsewhere all three are off unless set."""
     env = os.environ if env is None else env
+    off = {name for name in ("DITTO_CUDA_GRAPHS", "DITTO_FIXED_SHAPE", "DITTO_STATIC_CACHE")
+           if env.get(name, "").strip().lower() in ("0", "off", "no", "false")}
+    if dev.type == "cuda" and dtype == torch.bfloat16 and not off and not env.get("DITTO_CUDA_GRAPHS", "").strip():
+        env = {**env, "DITTO_CUDA_GRAPHS": "1"}
 
     def number(name: str, default: int, least: int) -> int | None:
         raw = env.get(name, "").strip().lower()
