@@ -78,7 +78,8 @@ def _budget(total: int | None, mode: str = "completion"):
         if mode == "session":
             from lsp_server.settings import Settings
 
-            return ContextBudget.scaled(Settings.context_tokens)  # the server's default
+            # the server's default (fitted to the machine by each server: its `ditto/stats` says what it chose)
+            return ContextBudget.scaled(Settings.context_tokens or ContextBudget.DEFAULT_TOTAL)
         total = 1024
     if total < 64:
         raise SystemExit("ditto-lsp: error: --context-tokens must be at least 64")

@@ -296,7 +296,8 @@ class DittoDriver:
         self.info = {"system": self.system, "serve": ["ditto-lsp", "serve", *args], "initializationOptions": settings,
                      **({"checkout": cwd, "commit": _commit(cwd)} if cwd else {}),
                      "core": o.cores[0], "threads": 1, "env": env, "pid": self.client.pid,
-                     **{k: st.get(k) for k in ("model", "backend", "device", "dtype")}}
+                     **{k: st.get(k) for k in ("model", "backend", "device", "dtype", "context_tokens",
+                                               "context_fitted_to")}}
 
     def stop(self) -> None:
         if self.client is not None:

@@ -55,11 +55,12 @@ class Settings:
     drafter: str = "ngram"  # one of DRAFTERS: none | ngram | model | hybrid
     draft_model: str = "qwen2.5-coder-0.5b"  # model spec of the model / hybrid drafters (same tokenizer as model)
     max_tokens: int = 64  # token budget of one suggestion
-    # Prompt budget in tokens (completion/context.py ContextBudget.scaled). A place not visited yet costs its
-    # whole prompt in prefill. On one core of the development machine 256 answered there in 2.6-3.3 s at p50
-    # (320: 2.7-4.1 s, more often right on httpx), 3.3-6.1x sooner than llama.cpp's server with llama.vim's prompt
-    # (docs/perf/README.md has the frontier); with a GPU, raise it (2048 fills a prompt in well under a second there).
-    context_tokens: int = ContextBudget.DEFAULT_TOTAL
+    # Prompt budget in tokens (completion/context.py ContextBudget.scaled); 0: the largest that answers a place
+    # not visited yet within the time goal on this machine, fitted when the model loads from what a prompt
+    # token and a generated token cost there (completion/build.py `fitting_budget`: 384 on one core of the
+    # development machine, 2048 on a GPU, never under 256). A bigger prompt is more often right and costs
+    # its prefill at every new place (docs/perf/README.md has the frontier); `ditto/stats` says what was chosen.
+    context_tokens: int = 0
     # What of the other open buffers the prompt holds (completion/context.py ContextBudget.scaled): heads = each
     # one's start, from a budget of 1024 tokens on; similar = their chunks most like the code above the cursor
     # (completion/retrieval.py), at every budget, in place of some lines above; none.
@@ -108,7 +109,8 @@ class Settings:
         from lsp_server.completion.completer import CompleterSettings
 
         return CompleterSettings(drafter=self.drafter, multiline=self.multiline, draft_model=self.draft_model,
-                                 budget=ContextBudget.scaled(self.context_tokens, self.snippets))
+                                 budget=ContextBudget.scaled(self.context_tokens, self.snippets)
+                                 if self.context_tokens else None, snippets=self.snippets)
 
     # -- the names ---------------------------------------------------------------------------
     @classmethod
@@ -141,7 +143,7 @@ class Settings:
                 options[name] = getattr(args, _CLI_DEST.get(name, name))
         if options["time_budget_s"] is None:  # no --time-budget: the server keeps its default budget
             options["time_budget_s"] = cls.time_budget_s
-        if options["context_tokens"] is None:  # no --context-tokens: the default budget
+        if options["context_tokens"] is None:  # no --context-tokens: the default (fitted to the machine)
             options["context_tokens"] = cls.context_tokens
         base = cls(debug_hooks=bool(getattr(args, "debug_hooks", False)))
         if getattr(args, "debug_load_delay", 0.0):
@@ -183,7 +185,7 @@ class Settings:
             ("drafter", self.drafter in DRAFTERS, f"one of {', '.join(DRAFTERS)}"),
             ("draft_model", bool(self.draft_model.strip()), "a non-empty model spec"),
             ("max_tokens", self.max_tokens >= 1, ">= 1"),
-            ("context_tokens", self.context_tokens >= 64, ">= 64"),
+            ("context_tokens", self.context_tokens == 0 or self.context_tokens >= 64, "0 (fitted) or >= 64"),
             ("snippets", self.snippets in ContextBudget.SOURCES, ", ".join(ContextBudget.SOURCES[:-1]) + " or "
              + ContextBudget.SOURCES[-1]),
             ("draft_max", self.draft_max >= 0, ">= 0"),

@@ -20,7 +20,8 @@ def configure(p: argparse.ArgumentParser) -> None:
 def run(args) -> int:
     lm, completer, text, line, col, path = prepare_completion(args)
     sug = completer.complete(text, line, col, name=str(path), options=decode_options(args))
-    summary = sug.summary(lm.spec)
+    summary = {**sug.summary(lm.spec), "context_tokens": completer.budget.total,
+               "context_fitted_to": completer.fitted_to if completer.settings.budget is None else None}
     if args.json:
         print(json.dumps(summary, ensure_ascii=False))
     else:
@@ -28,5 +29,6 @@ def run(args) -> int:
         s = sug.completion.stats
         print(f"-- {s.tokens} tokens in {s.target_passes} target passes, {s.accepted}/{s.drafted} drafts accepted, "
               f"prefill {s.prefill_tokens} tokens {s.prefill_ms:.0f} ms, total {sug.latency_ms:.0f} ms "
-              f"({lm.spec}, drafter {sug.drafter}, stop: {s.stop_reason})", file=sys.stderr)
+              f"({lm.spec}, drafter {sug.drafter}, prompt budget {completer.budget.total} tokens, "
+              f"stop: {s.stop_reason})", file=sys.stderr)
     return 0

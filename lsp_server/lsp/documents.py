@@ -31,6 +31,7 @@ from pygls.uris import to_fs_path
 
 from lsp_server.completion.buffers import open_buffers
 from lsp_server.completion.completer import MAX_INDEXED_CHARS
+from lsp_server.completion.context import ContextBudget
 from lsp_server.completion.head import SCAN_LINES
 from lsp_server.lsp.protocol import SURROGATE, Lines
 
@@ -207,7 +208,9 @@ class DocumentsMixin:
 
     def _window(self, lines: Lines, line: int) -> tuple[int, str]:
         """(first line, WindowText) of the lines any prompt at `line` can read (module docstring)."""
-        budget = self.settings.completer_settings().budget
+        budget = self.completer.budget if self.completer is not None else self.settings.completer_settings().budget
+        if budget is None:  # fitted when the model loads; until then the largest it can be
+            budget = ContextBudget.scaled(2048, self.settings.snippets)
         above = budget.above + 2 * budget.chunk_lines + 160  # + room to follow the window's first lines
         below = budget.below + 64
         nl, text = lines.nl, lines.text

@@ -210,8 +210,10 @@ def test_the_snippets_setting_shares_the_budget_with_the_lines_above():
     assert big["similar"].above == big["heads"].above and big["none"].snippets == 0
     with pytest.raises(ValueError, match="snippets must be one of"):
         ContextBudget.scaled(320, "nearby")
-    assert Settings().merged({"snippets": "similar"}).completer_settings().budget == \
-        ContextBudget.scaled(Settings.context_tokens, "similar")
+    assert Settings().merged({"snippets": "similar", "contextTokens": 512}).completer_settings().budget == \
+        ContextBudget.scaled(512, "similar")
+    fitted = Settings().merged({"snippets": "similar"}).completer_settings()  # context_tokens 0: fitted at load
+    assert fitted.budget is None and fitted.snippets == "similar"
     with pytest.raises(SettingsError, match="'snippets' must be heads, similar or none"):
         Settings().merged({"snippets": "nearby"})
 

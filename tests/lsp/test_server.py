@@ -39,11 +39,13 @@ async def client(lsp_client: LanguageClient):
 
 @pytest.fixture(scope="module")
 def completer():
-    """The same model in-process: what the server should answer for a snapshot."""
-    from lsp_server.completion.completer import Completer
+    """The same model in-process: what the server should answer for a snapshot, with the prompt budget
+    fitted to the machine as the server's default fits it (tiny-random's passes are cheap: 2048)."""
     from lsp_server.backends.loader import load
+    from lsp_server.completion.build import build_completer
+    from lsp_server.completion.completer import CompleterSettings
 
-    return Completer(load("tiny-random"))
+    return build_completer(load("tiny-random"), CompleterSettings(budget=None), calibration=None)
 
 
 def expected(completer, text: str, line: int, col: int, uri: str, others: dict[str, str] | None = None) -> str:

@@ -47,4 +47,10 @@ async def test_load_failure_shows_one_message_answers_none_and_a_good_model_reco
     assert item.insert_text and item.range.start == at
     s = plain(await client.protocol.send_request_async("ditto/stats", {}))
     assert s["model_state"] == "ready" and s["model"] == "tiny-random" and s["completed"] == 1
+    # contextTokens unset: the prompt budget was fitted to what this model's passes cost here (completion/build.py)
+    from lsp_server.completion.build import fitting_budget
+
+    fitted = s["context_fitted_to"]
+    assert fitted["prefill_ms_per_token"] > 0 and fitted["decode_ms"] > 0
+    assert s["context_tokens"] == fitting_budget(fitted["prefill_ms_per_token"], fitted["decode_ms"])
     assert len(client.messages) == 1  # the failure was shown once, nothing else

@@ -68,7 +68,7 @@ export const DEFAULTS: DittoSettings = {
   trustRemoteCode: false,
   remote: {},
   maxTokens: 64,
-  contextTokens: 256,
+  contextTokens: 0, // fitted to the machine when the model loads (lsp_server/completion/build.py)
   snippets: "heads",
   draftMax: 8,
   temperature: 0,
@@ -155,7 +155,7 @@ export function readSettings(get: Getter): DittoSettings {
     trustRemoteCode: bool(get("trustRemoteCode"), DEFAULTS.trustRemoteCode),
     remote: obj(get("remote")),
     maxTokens: num(get("maxTokens"), DEFAULTS.maxTokens, 1, true),
-    contextTokens: num(get("contextTokens"), DEFAULTS.contextTokens, 64, true),
+    contextTokens: get("contextTokens") === 0 ? 0 : num(get("contextTokens"), DEFAULTS.contextTokens, 64, true),
     snippets: str(get("snippets"), DEFAULTS.snippets),
     draftMax: num(get("draftMax"), DEFAULTS.draftMax, 0, true),
     temperature: num(get("temperature"), DEFAULTS.temperature, 0, false),

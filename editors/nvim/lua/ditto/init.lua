@@ -32,7 +32,7 @@ M.server_options = {
 ---@field drafter? string none | ngram | model | hybrid. Default 'ngram'.
 ---@field draft_model? string Draft model of the model and hybrid drafters (same tokenizer as model).
 ---@field max_tokens? integer Token budget of one suggestion.
----@field context_tokens? integer Prompt budget in tokens (smaller answers sooner at a new place).
+---@field context_tokens? integer Prompt budget in tokens; 0 (default): fitted to the machine at load (smaller answers sooner at a new place).
 ---@field snippets? string What of the other open buffers the prompt holds: heads | similar | none. Default 'heads'.
 ---@field draft_max? integer Longest draft verified in one model pass (0 = plain decoding).
 ---@field temperature? number 0 = greedy.

@@ -79,6 +79,8 @@ test("wrong types and out-of-range numbers fall back to defaults", () => {
   assert.deepEqual([t.draftModel, t.adaptive, t.topP, t.topK, t.seed, t.trustRemoteCode, t.drafter],
     [DEFAULTS.draftModel, true, 1, 0, null, false, "ngram"]);
   assert.equal(from({ maxTokens: 12.7 }).maxTokens, 12);
+  // contextTokens: 0 (the default) leaves the budget to the server's fit; under 64 otherwise falls back to it
+  assert.deepEqual([0, 512, 32].map((contextTokens) => from({ contextTokens }).contextTokens), [0, 512, 0]);
   assert.equal(from({ draftMax: 0 }).draftMax, 0);
 });
 

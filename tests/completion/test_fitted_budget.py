@@ -1,0 +1,59 @@
+"""The prompt budget fitted to the machine (`context_tokens` 0, the default; lsp_server/completion/build.py
+`fitting_budget`): what it picks from measured costs, that it is measured and used at build, stored for
+one-shot commands, and that a budget the user sets wins."""
+
+import json
+
+import pytest
+
+from lsp_server.backends.tiny import tiny_random
+from lsp_server.completion import build
+from lsp_server.completion.build import BUDGET_STEPS, build_completer, fitting_budget, measure_prompt_costs
+from lsp_server.completion.completer import CompleterSettings
+from lsp_server.completion.context import ContextBudget
+from lsp_server.settings import Settings, SettingsError
+
+
+def test_the_fitted_budget_is_the_largest_answering_a_new_place_within_the_goal():
+    # one core of the development machine (12.5 ms a prompt token, 26 a generated one): 384 (512 would be ~3 s)
+    assert fitting_budget(12.5, 26) == 384
+    assert fitting_budget(0.05, 5) == 2048  # a GPU: a prompt token costs next to nothing
+    assert fitting_budget(40, 90) == 256  # a slow machine keeps the smallest step, never less
+    prev = BUDGET_STEPS[-1]
+    for p in (0.5, 2, 5, 8, 11, 14, 20, 30):  # dearer prompt tokens never give a bigger budget
+        b = fitting_budget(p, 26)
+        assert b in BUDGET_STEPS and b <= prev
+        prev = b
+        predicted = build.COLD_SHARE * b * p + build.FIRST_LINE_TOKENS * 26
+        assert predicted <= build.COLD_GOAL_MS or b == BUDGET_STEPS[0]
+
+
+def test_settings_leave_the_budget_to_the_machine_unless_one_is_given():
+    assert Settings.context_tokens == 0 and Settings().completer_settings().budget is None
+    assert Settings().merged({"contextTokens": 512}).completer_settings().budget == ContextBudget.scaled(512)
+    with pytest.raises(SettingsError, match="0 \\(fitted\\) or >= 64"):
+        Settings().merged({"contextTokens": 32})
+
+
+def test_build_measures_the_costs_and_the_completer_prompts_with_the_fitted_budget(tmp_path, monkeypatch):
+    monkeypatch.setenv("DITTO_CACHE_DIR", str(tmp_path))
+    monkeypatch.setattr(build, "cache_dir", lambda: tmp_path)
+    lm = tiny_random()
+    costs = measure_prompt_costs(lm, tokens=16, reps=1)
+    assert costs["prefill_ms_per_token"] > 0 and costs["decode_ms"] > 0
+    monkeypatch.setattr(build, "measure_prompt_costs", lambda lm: {"prefill_ms_per_token": 12.5, "decode_ms": 26.0})
+    c = build_completer(lm, CompleterSettings(budget=None), calibration="fresh")
+    assert c.fitted_tokens == 384 and c.budget == ContextBudget.scaled(384)
+    assert c.fitted_to == {"prefill_ms_per_token": 12.5, "decode_ms": 26.0}
+    doc = "".join(f"value_{i} = compute({i}, 'x' * {i})\n" for i in range(200)) + "result = val"
+    ids = c.prompt_for(doc, 200, 12).ids
+    small = build_completer(lm, CompleterSettings(budget=ContextBudget.scaled(256)), calibration=None)
+    assert len(small.prompt_for(doc, 200, 12).ids) < len(ids) <= 384  # the long file fills the fitted budget
+    # stored for one-shot commands: a second build reads it instead of measuring
+    stored = json.loads((tmp_path / "calibration.json").read_text())
+    assert any(k.endswith("|prompt") for k in stored)
+    monkeypatch.setattr(build, "measure_prompt_costs", lambda lm: pytest.fail("measured again"))
+    assert build_completer(lm, CompleterSettings(budget=None), calibration="stored").fitted_tokens == 384
+    # a budget the user set wins and nothing is fitted
+    mine = build_completer(lm, CompleterSettings(budget=ContextBudget.scaled(320)), calibration=None)
+    assert mine.budget.total == 320 and mine.fitted_to is None
