@@ -141,11 +141,11 @@ def measure_prompt_costs(lm, tokens: int = 64, reps: int = 2) -> dict[str, float
         cache = lm.new_cache()
         try:
             t = time.perf_counter()
-            lm.forward(ids[:tokens], cache, last=1)
+            float(lm.forward(ids[:tokens], cache, last=1).reshape(-1)[0])  # read back: a GPU has finished
             prefill = min(prefill, (time.perf_counter() - t) * 1000 / tokens)
             for i in range(2):
                 t = time.perf_counter()
-                lm.forward([ids[tokens + i]], cache, last=1)
+                float(lm.forward([ids[tokens + i]], cache, last=1).reshape(-1)[0])
                 decode = min(decode, (time.perf_counter() - t) * 1000)
         finally:
             lm.release(cache)
