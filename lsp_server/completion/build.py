@@ -109,6 +109,7 @@ def _stored(lm, kind: str, fresh: bool, measure, read, write=lambda v: v):
         pass  # a read-only cache only costs the next run a measurement
     return value
 
+
 # The prompt budget that fits this machine (`context_tokens` 0, the default). A place not visited yet
 # costs the part of its prompt that is not cached (the file's head is: about 45% of the budget is
 # processed there, 111 of 256, 172 of 384 and 214 of 512 tokens at p50 in the replays of
