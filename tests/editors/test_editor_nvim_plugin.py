@@ -396,11 +396,10 @@ def first_suggesting_line(text: str, name: str) -> int:
     settings) has a visible first line, computed in-process: the ghost text Neovim must show.
     `name`: the file's path as the server names it in the prompt (tiny-random's suggestion
     depends on it, and is empty wherever its first character cannot be inserted)."""
-    from lsp_server.completion.completer import Completer
-    from lsp_server.backends.loader import load
     from lsp_server.settings import Settings
+    from support.completers import like_the_server
 
-    completer = Completer(load("tiny-random"))
+    completer = like_the_server()
     rows = text.split("\n")
     for line in end_of_line_candidates(text):
         sug = completer.complete(text, line - 1, len(rows[line - 1]), name=name,

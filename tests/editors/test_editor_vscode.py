@@ -53,16 +53,15 @@ def cannot_run() -> str | None:
 def test_e2e_types_where_tiny_random_suggests_something():
     """The premise of the end-to-end test: at the position it types (fixed file path, so the same
     prompt every run), tiny-random's suggestion has a visible first line."""
-    from lsp_server.completion.completer import Completer
-    from lsp_server.backends.loader import load
     from lsp_server.settings import Settings
+    from support.completers import like_the_server
 
     typed = re.search(r'^const TYPED = "([^"]*)";', DRIVER.read_text(), re.M).group(1)
     workspace = re.search(r"^WS=(\S+)$", E2E.read_text(), re.M).group(1)
     text = FIXTURE.read_text(encoding="utf-8") + typed
     lines = text.split("\n")
-    sug = Completer(load("tiny-random")).complete(text, len(lines) - 1, len(lines[-1]), name=f"{workspace}/example.py",
-                                                  options=Settings().decode_options())
+    sug = like_the_server().complete(text, len(lines) - 1, len(lines[-1]), name=f"{workspace}/example.py",
+                                     options=Settings().decode_options())
     assert sug.text.split("\n")[0].strip(), f"pick another TYPED in {DRIVER.name}: the suggestion is {sug.text!r}"
 
 

@@ -37,12 +37,10 @@ def test_neovim_shows_and_accepts_ditto_ghost_text(tmp_path):
     assert out.exists(), f"Neovim wrote no result (rc {proc.returncode}): {proc.stderr[-2000:]}"
     result = json.loads(out.read_text())
     assert "error" not in result, result
-    from lsp_server.completion.completer import Completer
     from lsp_server.decoding.types import DecodeOptions
-    from lsp_server.backends.loader import load
+    from support.completers import like_the_server
 
-    want = Completer(load("tiny-random")).complete(SAMPLE, 5, 4, name=str(path),
-                                                   options=DecodeOptions(max_new_tokens=12)).text
+    want = like_the_server().complete(SAMPLE, 5, 4, name=str(path), options=DecodeOptions(max_new_tokens=12)).text
     assert want, "tiny-random's suggestion here should be non-empty"
     assert result["ghost"] and want.startswith(result["ghost"].split("\n")[0][:1])
     assert result["accepted"] is True

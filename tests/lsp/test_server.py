@@ -41,11 +41,9 @@ async def client(lsp_client: LanguageClient):
 def completer():
     """The same model in-process: what the server should answer for a snapshot, with the prompt budget
     fitted to the machine as the server's default fits it (tiny-random's passes are cheap: 2048)."""
-    from lsp_server.backends.loader import load
-    from lsp_server.completion.build import build_completer
-    from lsp_server.completion.completer import CompleterSettings
+    from support.completers import like_the_server
 
-    return build_completer(load("tiny-random"), CompleterSettings(budget=None), calibration=None)
+    return like_the_server()
 
 
 def expected(completer, text: str, line: int, col: int, uri: str, others: dict[str, str] | None = None) -> str:
