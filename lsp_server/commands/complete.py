@@ -20,8 +20,7 @@ def configure(p: argparse.ArgumentParser) -> None:
 def run(args) -> int:
     lm, completer, text, line, col, path = prepare_completion(args)
     sug = completer.complete(text, line, col, name=str(path), options=decode_options(args))
-    summary = {**sug.summary(lm.spec), "context_tokens": completer.budget.total,
-               "context_fitted_to": completer.fitted_to if completer.settings.budget is None else None}
+    summary = {**sug.summary(lm.spec), **completer.budget_report()}
     if args.json:
         print(json.dumps(summary, ensure_ascii=False))
     else:

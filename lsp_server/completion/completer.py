@@ -109,17 +109,17 @@ class Completer:
         # The budget fitted to this machine (settings.budget None) and what it was fitted to (build.py).
         self.fitted_tokens = ContextBudget.DEFAULT_TOTAL
         self.fitted_to: dict[str, float] | None = None
-        self._fitted: tuple | None = None  # ((tokens, snippets), ContextBudget)
 
     @property
     def budget(self) -> ContextBudget:
         """The prompt budget in use: the settings' own, or the one fitted to this machine."""
-        if self.settings.budget is not None:
-            return self.settings.budget
-        key = (self.fitted_tokens, self.settings.snippets)
-        if self._fitted is None or self._fitted[0] != key:
-            self._fitted = (key, ContextBudget.scaled(*key))
-        return self._fitted[1]
+        return self.settings.budget or ContextBudget.scaled(self.fitted_tokens, self.settings.snippets)
+
+    def budget_report(self) -> dict:
+        """What `ditto/stats` and `complete --json` say of the budget: its size, and the costs it was
+        fitted to (None when the settings gave it)."""
+        return {"context_tokens": self.budget.total,
+                "context_fitted_to": self.fitted_to if self.settings.budget is None else None}
 
     def fit_budget(self, tokens: int, costs: dict[str, float] | None = None) -> None:
         """Use a prompt budget of `tokens` where the settings leave it to this machine (build.py

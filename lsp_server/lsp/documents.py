@@ -208,9 +208,11 @@ class DocumentsMixin:
 
     def _window(self, lines: Lines, line: int) -> tuple[int, str]:
         """(first line, WindowText) of the lines any prompt at `line` can read (module docstring)."""
-        budget = self.completer.budget if self.completer is not None else self.settings.completer_settings().budget
-        if budget is None:  # fitted when the model loads; until then the largest it can be
-            budget = ContextBudget.scaled(2048, self.settings.snippets)
+        # The current settings' budget; left to the machine, the loaded model's fitted one (the largest
+        # step, 2048, before a model is loaded: a window too wide costs a little text, not prompt tokens).
+        completer = self.completer
+        tokens = self.settings.context_tokens or (completer.fitted_tokens if completer is not None else 2048)
+        budget = ContextBudget.scaled(tokens, self.settings.snippets)
         above = budget.above + 2 * budget.chunk_lines + 160  # + room to follow the window's first lines
         below = budget.below + 64
         nl, text = lines.nl, lines.text

@@ -78,9 +78,8 @@ class StatsMixin:
             "backend": self.model_info.get("backend") if self.model_state == "ready" else None,
             "model_state": self.model_state,
             # The prompt budget in use, and the costs it was fitted to when the setting leaves it to the machine.
-            "context_tokens": self.completer.budget.total if self.completer is not None else None,
-            "context_fitted_to": self.completer.fitted_to if self.completer is not None
-            and self.completer.settings.budget is None else None,
+            **(self.completer.budget_report() if self.completer is not None
+               else {"context_tokens": None, "context_fitted_to": None}),
             "model_error": self.model_error,
             "speculation": (self.completer.engine.speculation.snapshot()
                             if self.completer is not None and self.completer.engine is not None
