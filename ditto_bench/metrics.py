@@ -67,6 +67,7 @@ def quality(suggestion: str, truth: str) -> dict:
         "first_line_exact": first_line(suggestion) == first_line(truth),
         "edit_similarity": round(edit_similarity(s, t), 4),
         "first_line_edit_similarity": round(edit_similarity(first_line(suggestion), first_line(truth)), 4),
+        "empty": not suggestion,
     }
 
 
@@ -123,6 +124,7 @@ def summarise_completion(records: list[dict], reference: str = "off") -> dict:
             "first_line_exact": _r(_mean([float(r["first_line_exact"]) for r in rs])),
             "edit_similarity": _r(_mean([r["edit_similarity"] for r in rs])),
             "first_line_edit_similarity": _r(_mean([r["first_line_edit_similarity"] for r in rs])),
+            "empty_share": _r(_mean([float(bool(r.get("empty"))) for r in rs])),
             "speedup_median": _r(statistics.median(ratios) if ratios else None),
             "speedup_geomean": _r(geomean(ratios)),
             "decode_speedup_median": _r(statistics.median(dratios) if dratios else None),
@@ -209,6 +211,7 @@ def summarise_keystroke(records: list[dict]) -> dict:
             "decode_ms_p50": _r(percentile([r["decode_ms"] for r in rs], 50), 1),
             "typethrough_hits": sum(1 for r in rs if r.get("typethrough")),
             "acceptance_rate": _r(sum(r["accepted"] or 0 for r in rs) / d) if (d := sum(r["drafted"] or 0 for r in rs)) else None,
+            "quality": request_quality(rs),
         }
     base = {s: v for s, v in summary.items() if not s.endswith("-noreuse")}
     for s, v in base.items():
@@ -268,6 +271,7 @@ def summarise_session(records: list[dict]) -> dict:
             "typethrough_hits": len(rs) - len(model),
             "idle_prefill_hits": sum(1 for r in rs if (r.get("idle_prefill_tokens") or 0) > 0),
             "acceptance_rate": _r(sum(r["accepted"] or 0 for r in rs) / d) if (d := sum(r["drafted"] or 0 for r in rs)) else None,
+            "quality": request_quality(rs),
         }
     _same_output_rates(records, summary)
     for s, v in summary.items():
@@ -321,14 +325,30 @@ def mismatches(records: list[dict]) -> list[dict]:
 REPLAY_KINDS = ("cold", "warm", "all")
 
 
+def request_quality(rs: list[dict]) -> dict:
+    """Issue 25's quality figures over requests whose records carry replay.request_quality's
+    fields: typed + first line = truth (count and rate), the suggestion's edit similarity to the
+    rest of the block, the share of empty suggestions, and whole-word misfires among the
+    requests where one can happen."""
+    exact = sum(1 for r in rs if r.get("first_line_exact"))
+    eligible = [r for r in rs if r.get("misfire") is not None]
+    misfires = sum(1 for r in eligible if r["misfire"])
+    return {
+        "first_line_exact": exact,
+        "first_line_exact_rate": _r(exact / len(rs)) if rs else None,
+        "edit_similarity_mean": _r(_mean([r.get("edit_similarity") for r in rs])),
+        "empty_share": _r(sum(1 for r in rs if r.get("empty")) / len(rs)) if rs else None,
+        "misfires": misfires,
+        "misfire_eligible": len(eligible),
+        "misfire_share": _r(misfires / len(eligible)) if eligible else None,
+    }
+
+
 def _replay_group(rs: list[dict], timeout_ms: float) -> dict:
     """One row of the replay summary: time to suggestion, quality, prompt work, over requests `rs`.
 
     A timed-out request counts in the percentiles at the timeout (a lower bound of its time)."""
     tts = [r["tts_ms"] if r.get("tts_ms") is not None else timeout_ms for r in rs]
-    exact = sum(1 for r in rs if r.get("first_line_exact"))
-    eligible = [r for r in rs if r.get("misfire") is not None]
-    misfires = sum(1 for r in eligible if r["misfire"])
     checked = [r["continuation"] for r in rs if r.get("continuation")]  # --check-continuations
     return {
         "n": len(rs),
@@ -337,13 +357,7 @@ def _replay_group(rs: list[dict], timeout_ms: float) -> dict:
         "timeouts": sum(1 for r in rs if r.get("timeout")),
         "tts_ms_p50": _r(percentile(tts, 50), 1),
         "tts_ms_p95": _r(percentile(tts, 95), 1),
-        "first_line_exact": exact,
-        "first_line_exact_rate": _r(exact / len(rs)) if rs else None,
-        "edit_similarity_mean": _r(_mean([r.get("edit_similarity") for r in rs])),
-        "empty_share": _r(sum(1 for r in rs if r.get("empty")) / len(rs)) if rs else None,
-        "misfires": misfires,
-        "misfire_eligible": len(eligible),
-        "misfire_share": _r(misfires / len(eligible)) if eligible else None,
+        **request_quality(rs),
         "prompt_tokens_p50": _r(percentile([r["prompt_tokens_processed"] for r in rs
                                             if r.get("prompt_tokens_processed") is not None], 50), 1),
         "typethrough": sum(1 for r in rs if r.get("typethrough")),

@@ -187,6 +187,15 @@ def request_quality(typed: str, suggestion: str, true_line: str, true_rest: str)
     }
 
 
+def typed_quality(truth: str, n: int, suggestion: str) -> dict:
+    """`request_quality` where the first n characters of the block `truth` are typed (keystroke
+    mode, the in-process session mode): the typed part of the cursor's line, its true line, and
+    the rest of the block after the cursor."""
+    typed = truth[:n]
+    line_typed = typed.rsplit("\n", 1)[-1]
+    return request_quality(line_typed, suggestion, truth.split("\n")[typed.count("\n")], truth[n:])
+
+
 # -- systems ---------------------------------------------------------------------------------
 def replay_model(name: str, default: str) -> str:
     """The model spec of a Ditto system: what follows `+` in its name, else the bench's --model."""

@@ -23,16 +23,28 @@ def _pct(x):
     return "–" if x is None else f"{100 * x:.1f}%"
 
 
+QUALITY_HEAD = "typed + 1st line = truth | edit sim | empty | whole-word misfires"
+
+
+def _quality_cells(q: dict | None, n: int) -> str:
+    """The cells under QUALITY_HEAD from metrics.request_quality's figures over n requests."""
+    if not q:
+        return " | ".join(["–"] * 4)
+    return (f"{q['first_line_exact']}/{n} ({_pct(q['first_line_exact_rate'])}) | {_f(q['edit_similarity_mean'], 3)} | "
+            f"{_pct(q['empty_share'])} | {q['misfires']}/{q['misfire_eligible']} ({_pct(q['misfire_share'])})")
+
+
 def completion_table(summary: dict) -> str:
     head = ("| system | tasks | latency p50 ms | latency p95 ms | decode p50 ms | tokens/s | passes/token | "
-            "acceptance | identical | exact block | exact 1st line | edit sim | speedup median | speedup geomean | "
+            "acceptance | identical | exact block | exact 1st line | edit sim | empty | speedup median | speedup geomean | "
             "decode speedup geomean |")
     rows = [head, "|" + "---|" * (head.count("|") - 1)]
     for s, v in summary.items():
         rows.append(f"| {s} | {v['tasks']} | {_f(v['latency_ms_p50'], 0)} | {_f(v['latency_ms_p95'], 0)} | "
                     f"{_f(v['decode_ms_p50'], 0)} | {_f(v['tokens_per_s'])} | {_f(v['passes_per_token'], 3)} | "
                     f"{_pct(v['acceptance_rate'])} | {_pct(v['identical_rate'])} | {_pct(v['exact_match'])} | "
-                    f"{_pct(v['first_line_exact'])} | {_f(v['edit_similarity'], 3)} | {_f(v['speedup_median'], 3)} | "
+                    f"{_pct(v['first_line_exact'])} | {_f(v['edit_similarity'], 3)} | {_pct(v.get('empty_share'))} | "
+                    f"{_f(v['speedup_median'], 3)} | "
                     f"{_f(v['speedup_geomean'], 3)} | {_f(v['decode_speedup_geomean'], 3)} |")
     return "\n".join(rows)
 
@@ -71,14 +83,15 @@ def steps_table(summary: dict) -> str:
 
 def keystroke_table(summary: dict) -> str:
     head = ("| system | requests | tasks | tts p50 ms | tts p95 ms | tts p50 ms (model answered) | prefill tokens mean | reused tokens mean | "
-            "prompt tokens mean | typethrough hits | p50 gain vs noreuse | p50 gain (model answered) | prefill gain vs noreuse |")
+            f"prompt tokens mean | typethrough hits | p50 gain vs noreuse | p50 gain (model answered) | prefill gain vs noreuse | "
+            f"{QUALITY_HEAD} |")
     rows = [head, "|" + "---|" * (head.count("|") - 1)]
     for s, v in summary.items():
         rows.append(f"| {s} | {v['requests']} | {v['tasks']} | {_f(v['tts_ms_p50'], 0)} | {_f(v['tts_ms_p95'], 0)} | "
                     f"{_f(v.get('tts_ms_p50_model'), 0)} | {_f(v['prefill_tokens_mean'], 1)} | {_f(v['reused_tokens_mean'], 1)} | "
                     f"{_f(v['prompt_tokens_mean'], 1)} | {v['typethrough_hits']} | "
                     f"{_f(v.get('tts_p50_gain_vs_noreuse'), 2, '×')} | {_f(v.get('tts_p50_model_gain_vs_noreuse'), 2, '×')} | "
-                    f"{_f(v.get('prefill_tokens_gain_vs_noreuse'), 1, '×')} |")
+                    f"{_f(v.get('prefill_tokens_gain_vs_noreuse'), 1, '×')} | {_quality_cells(v.get('quality'), v['requests'])} |")
     return "\n".join(rows)
 
 
@@ -86,7 +99,7 @@ def session_table(summary: dict) -> str:
     head = ("| system | sessions | tasks | requests | tts p50 ms | tts p95 ms | tts p50 ms (model) | tts p95 ms (model) | "
             "prefill tokens p50 (model) | prefill tokens p95 (model) | prompt tokens mean | reused after Enter | "
             "reused after a move | window moves | typethrough hits | idle-prefill hits | prefill p95 gain vs noreuse | "
-            "tts p95 gain (model) vs noreuse | same tokens as off / as reuse |")
+            f"tts p95 gain (model) vs noreuse | same tokens as off / as reuse | {QUALITY_HEAD} |")
     rows = [head, "|" + "---|" * (head.count("|") - 1)]
     for s, v in summary.items():
         rows.append(f"| {s} | {v['sessions']} | {v['tasks']} | {v['requests']} | {_f(v['tts_ms_p50'], 0)} | "
@@ -96,25 +109,21 @@ def session_table(summary: dict) -> str:
                     f"{_pct(v['reused_share_move_mean'])} ({v['move_requests']}) | {v['window_moves']} | "
                     f"{v['typethrough_hits']} | {v['idle_prefill_hits']} | "
                     f"{_f(v.get('prefill_tokens_p95_gain_vs_noreuse'), 1, '×')} | {_f(v.get('tts_p95_model_gain_vs_noreuse'), 2, '×')} | "
-                    f"{_same(v)} |")
+                    f"{_same(v)} | {_quality_cells(v.get('quality'), v['requests'])} |")
     return "\n".join(rows)
 
 
 def replay_table(summary: dict) -> str:
     """The editor replay (replay.py): one row per system and kind of request (cold, warm, all)."""
-    head = ("| system | kind | n | tts p50 ms | tts p95 ms | typed + 1st line = truth | edit sim | empty | "
-            "whole-word misfires | prompt tokens processed p50 | shown without the model | idle before p50 ms | timeouts | "
-            "deadline + continuation = one generation |")
+    head = (f"| system | kind | n | tts p50 ms | tts p95 ms | {QUALITY_HEAD} | prompt tokens processed p50 | "
+            "shown without the model | idle before p50 ms | timeouts | deadline + continuation = one generation |")
     rows = [head, "|" + "---|" * (head.count("|") - 1)]
     for s, v in summary.items():
         for kind in ("cold", "warm", "all"):
             g = v[kind]
             rows.append(f"| {s} | {kind} | {g['n']} | {_f(g['tts_ms_p50'], 0)} | {_f(g['tts_ms_p95'], 0)} | "
-                        f"{g['first_line_exact']}/{g['n']} ({_pct(g['first_line_exact_rate'])}) | "
-                        f"{_f(g['edit_similarity_mean'], 3)} | {_pct(g['empty_share'])} | "
-                        f"{g['misfires']}/{g['misfire_eligible']} ({_pct(g['misfire_share'])}) | "
-                        f"{_f(g['prompt_tokens_p50'], 0)} | {g['typethrough']} | {_f(g['idle_ms_p50'], 0)} | {g['timeouts']} | "
-                        f"{_checked(g)} |")
+                        f"{_quality_cells(g, g['n'])} | {_f(g['prompt_tokens_p50'], 0)} | {g['typethrough']} | "
+                        f"{_f(g['idle_ms_p50'], 0)} | {g['timeouts']} | {_checked(g)} |")
     return "\n".join(rows)
 
 

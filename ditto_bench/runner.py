@@ -17,6 +17,7 @@ from dataclasses import replace
 from typing import Callable, Iterator
 
 from ditto_bench import metrics
+from ditto_bench.replay import typed_quality
 from ditto_bench.systems import DITTO, fixed_k, generated_ids, run_ditto, run_hf
 
 
@@ -106,7 +107,7 @@ class Bench:
                     run, sug = run_ditto(self.completer, task, base, self.options, key, text=text, line=line, col=col)
                     rec = {"task": task.id, "system": s, "keystroke": i, "copyable": task.copyable,
                            "tts_ms": round(run.latency_ms, 2), "typethrough": bool(getattr(sug, "typethrough", False)),
-                           **run.as_dict()}
+                           **run.as_dict(), **typed_quality(task.typing, i, run.text)}
                     if on_request:
                         on_request()
                     yield rec
@@ -155,7 +156,7 @@ class Bench:
                                             and sug.prompt.start_line != prev.start_line),
                            # Prompt tokens an idle prefill computed while the user paused before this request.
                            "idle_prefill_tokens": idle_tokens, "idle_prefill_ms": round(idle_ms, 1),
-                           **run.as_dict()}
+                           **run.as_dict(), **typed_quality(task.truth, ev.keystroke, run.text)}
                     if not typethrough:
                         prev = sug.prompt
                     if on_request:

@@ -97,6 +97,54 @@ def test_keystroke_summary():
     assert s["ngram"]["tts_p50_gain_vs_noreuse"] == pytest.approx(1001.5 / 101.5, abs=1e-3)
 
 
+def test_typed_quality_reads_the_typed_part_of_the_line_the_true_line_and_the_rest_of_the_block():
+    from ditto_bench.replay import typed_quality
+
+    truth = "if ok:\n    return é_value\n"
+    # One letter typed: a suggestion that completes the word is right; one that starts anew misfires.
+    q = typed_quality(truth, 1, "f ok:\n    return é_value")
+    assert q == {"first_line_exact": True, "edit_similarity": 1.0, "empty": False, "misfire": False}
+    q = typed_quality(truth, 1, " = 0")
+    assert q["first_line_exact"] is False and q["misfire"] is True and q["edit_similarity"] < 0.5
+    # On the second line after its indentation (7 + 4 characters typed): the typed part is the
+    # indentation, and nothing typed ends in a letter, so no misfire can happen.
+    q = typed_quality(truth, 11, "return é_value")
+    assert q["first_line_exact"] is True and q["misfire"] is None
+    # Inside a word with a non-ASCII letter: "é" typed, the rest of the word suggested.
+    q = typed_quality(truth, 19, "_value")
+    assert q["first_line_exact"] is True and q["misfire"] is False
+    assert typed_quality(truth, 19, "")["empty"] is True
+
+
+def _quality_fields(typed_right: bool, misfire, empty=False):
+    return {"first_line_exact": typed_right, "edit_similarity": 1.0 if typed_right else 0.25, "empty": empty,
+            "misfire": misfire}
+
+
+def test_keystroke_and_session_summaries_report_quality_per_system():
+    rs = []
+    for i, (right, mis, empty) in enumerate([(True, False, False), (False, True, False), (False, None, True),
+                                             (False, None, False)]):
+        base = {"task": "t", "tts_ms": 10.0, "prefill_tokens": 1, "reused_tokens": 0, "prompt_tokens": 5,
+                "prefill_ms": 1, "decode_ms": 9, "drafted": 0, "accepted": 0, "session": "s", "event": "type"}
+        rs.append({**base, "system": "ngram", **_quality_fields(right, mis, empty)})
+    for summarise, table in ((metrics.summarise_keystroke, report.keystroke_table),
+                             (metrics.summarise_session, report.session_table)):
+        s = summarise(rs)
+        q = s["ngram"]["quality"]
+        assert (q["first_line_exact"], q["first_line_exact_rate"]) == (1, 0.25)
+        assert q["edit_similarity_mean"] == pytest.approx((1.0 + 3 * 0.25) / 4, abs=1e-4)
+        assert q["empty_share"] == 0.25 and (q["misfires"], q["misfire_eligible"]) == (1, 2)
+        assert "| 1/4 (25.0%) | 0.438 | 25.0% | 1/2 (50.0%) |" in table(s)
+
+
+def test_completion_summary_reports_the_share_of_empty_suggestions():
+    recs = [rec("t1", "off", 1000, 800), rec("t2", "off", 1000, 800, text="")]
+    s = metrics.summarise_completion(recs)
+    assert s["off"]["empty_share"] == 0.5
+    assert "| 50.0% |" in report.completion_table(s)
+
+
 def test_report_writes_json_markdown_and_plots(tmp_path):
     results = {"meta": {"mode": "completion", "repo": "r", "command": "ditto-lsp bench"},
                "summary": metrics.summarise_completion(RECORDS), "tasks": RECORDS,

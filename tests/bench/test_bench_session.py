@@ -93,6 +93,23 @@ def lm():
     return load("tiny-random")
 
 
+def test_an_events_keystroke_count_is_where_the_cursor_stands_in_the_block(repo):
+    """The quality of an in-process session request is read from truth[:keystroke]
+    (replay.typed_quality): that must be the text before the cursor on its line."""
+    from ditto_bench.replay import typed_quality
+
+    (s,) = sessions_of(repo)
+    n = 0
+    for ev in events(s, 3):
+        truth = ev.task.truth
+        before = ev.text.split("\n")[ev.line][: ev.col]
+        assert truth[: ev.keystroke].rsplit("\n", 1)[-1] == before
+        true_line = truth.split("\n")[truth[: ev.keystroke].count("\n")]
+        assert typed_quality(truth, ev.keystroke, true_line[len(before):])["first_line_exact"]
+        n += 1
+    assert n > 10
+
+
 def test_session_replay_reuses_the_cache_across_enter_and_moves(repo, lm):
     from ditto_bench.runner import Bench
     from lsp_server.completion.completer import Completer
@@ -126,6 +143,9 @@ def test_session_replay_reuses_the_cache_across_enter_and_moves(repo, lm):
     # Reuse never changes a result: every request the model answered in both is the same tokens.
     assert nr["identical_to_reuse_rate"] == 1.0 and nr["identical_to_reuse_compared"] == v["model_requests"]
     assert completer.engine.cached_keys() == []  # the session's cache entry is dropped afterwards
+    # Every request carries its quality, and the summary counts them.
+    assert all({"first_line_exact", "edit_similarity", "empty", "misfire"} <= set(r) for r in recs)
+    assert v["quality"]["first_line_exact"] == sum(r["first_line_exact"] for r in per["ngram"])
 
 
 def test_session_summary_from_hand_made_records():
