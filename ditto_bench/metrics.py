@@ -211,7 +211,7 @@ def summarise_keystroke(records: list[dict]) -> dict:
             "decode_ms_p50": _r(percentile([r["decode_ms"] for r in rs], 50), 1),
             "typethrough_hits": sum(1 for r in rs if r.get("typethrough")),
             "acceptance_rate": _r(sum(r["accepted"] or 0 for r in rs) / d) if (d := sum(r["drafted"] or 0 for r in rs)) else None,
-            "quality": request_quality(rs),
+            "quality": quality_summary(rs),
         }
     base = {s: v for s, v in summary.items() if not s.endswith("-noreuse")}
     for s, v in base.items():
@@ -271,7 +271,7 @@ def summarise_session(records: list[dict]) -> dict:
             "typethrough_hits": len(rs) - len(model),
             "idle_prefill_hits": sum(1 for r in rs if (r.get("idle_prefill_tokens") or 0) > 0),
             "acceptance_rate": _r(sum(r["accepted"] or 0 for r in rs) / d) if (d := sum(r["drafted"] or 0 for r in rs)) else None,
-            "quality": request_quality(rs),
+            "quality": quality_summary(rs),
         }
     _same_output_rates(records, summary)
     for s, v in summary.items():
@@ -325,7 +325,7 @@ def mismatches(records: list[dict]) -> list[dict]:
 REPLAY_KINDS = ("cold", "warm", "all")
 
 
-def request_quality(rs: list[dict]) -> dict:
+def quality_summary(rs: list[dict]) -> dict:
     """Issue 25's quality figures over requests whose records carry replay.request_quality's
     fields: typed + first line = truth (count and rate), the suggestion's edit similarity to the
     rest of the block, the share of empty suggestions, and whole-word misfires among the
@@ -357,7 +357,7 @@ def _replay_group(rs: list[dict], timeout_ms: float) -> dict:
         "timeouts": sum(1 for r in rs if r.get("timeout")),
         "tts_ms_p50": _r(percentile(tts, 50), 1),
         "tts_ms_p95": _r(percentile(tts, 95), 1),
-        **request_quality(rs),
+        **quality_summary(rs),
         "prompt_tokens_p50": _r(percentile([r["prompt_tokens_processed"] for r in rs
                                             if r.get("prompt_tokens_processed") is not None], 50), 1),
         "typethrough": sum(1 for r in rs if r.get("typethrough")),

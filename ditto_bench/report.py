@@ -27,7 +27,7 @@ QUALITY_HEAD = "typed + 1st line = truth | edit sim | empty | whole-word misfire
 
 
 def _quality_cells(q: dict | None, n: int) -> str:
-    """The cells under QUALITY_HEAD from metrics.request_quality's figures over n requests."""
+    """The cells under QUALITY_HEAD from metrics.quality_summary's figures over n requests."""
     if not q:
         return " | ".join(["–"] * 4)
     return (f"{q['first_line_exact']}/{n} ({_pct(q['first_line_exact_rate'])}) | {_f(q['edit_similarity_mean'], 3)} | "
