@@ -166,27 +166,61 @@ class Model(Backend, Tokenizer, Protocol):
     """A loaded model: both sides in one object."""
 
 
-class Generator(Protocol):
-    """The generation step of a completion (lsp_server/completion/completer.py).
+class Generator:
+    """The generation step of a completion (lsp_server/completion/completer.py), and what it can do.
 
     It gets the prompt (token ids) and a `done(text)` rule and returns the generated text.
-    `EngineGenerator` (completer.py) runs Ditto's own engine; a remote engine's
+    `EngineGenerator` (lsp_server/completion/local.py) runs Ditto's own engine; a remote engine's
     `RemoteGenerator` streams over HTTP and closes the stream once `done` says the
-    suggestion has ended.
+    suggestion has ended. The Completer asks a generator what it can do (`drafts`,
+    `constrains`, `resumable`), never which kind it is; this base class is one that can do
+    none of it (a subclass declares what it adds).
     """
 
-    drafts: bool  # whether it uses Ditto's drafters (and so the n-gram index of the open buffers)
-    constrains: bool  # whether token healing's mask applies (else only trailing blanks are healed)
-    engine: object | None  # the local engine (lsp_server/decoding/engine.py), None elsewhere
+    drafts = False  # it uses Ditto's drafters (and so the n-gram index of the open buffers)
+    constrains = False  # token healing's mask applies (else only trailing blanks are healed)
+    # It keeps each document's KV cache in this process: a prompt can be prefilled ahead (`warm`), and a
+    # generation paused at a deadline (`generate(pause=...)`) goes on later (`resume`).
+    resumable = False
+    engine = None  # the local engine (lsp_server/decoding/engine.py), None where the model runs elsewhere
+    speculation = None  # the policy that prices drafts (drafters/speculation.py), None where Ditto does not draft
 
     def generate(self, prompt, *, options: DecodeOptions, done: Callable[[str], bool], drafter=None,
-                 cancel: threading.Event | None = None, cache_key: str | None = None,
-                 constraint=None) -> Generated: ...
+                 cancel: threading.Event | None = None, cache_key: str | None = None, constraint=None,
+                 pause: Callable[[list[int]], bool] | None = None, ctx=None) -> Generated:
+        raise NotImplementedError
 
-    def forget(self, key: str) -> None: ...
+    def forget(self, key: str) -> None:
+        """A document closed: drop what is kept for `key`."""
 
     def stats(self, intervals: bool = False) -> dict | None:
         """Counts of its own for `ditto/stats` (a remote engine's), or None."""
+        return None
+
+    def cache_stats(self) -> dict | None:
+        """The KV caches kept in this process ({"keys", "tokens"}), or None."""
+        return None
+
+    @property
+    def stale_passes(self) -> int:
+        """Model passes begun in this process after their request was cancelled, so far (a request's
+        are the difference over its run: the server counts them, lsp_server/lsp/suggest.py)."""
+        return 0
+
+    # -- resumable generators only -------------------------------------------------------------
+    def warm(self, ids: list[int], key: str, *, cancel: threading.Event | None = None, chunk: int = 32, ctx=None):
+        """Prefill `ids` (all but the last) into the cache of `key`; the prefill's Stats."""
+        raise NotImplementedError
+
+    def cached_ids(self, key: str) -> list[int]:
+        return []
+
+    def paused(self, key: str) -> bool:
+        return False
+
+    def resume(self, key: str, *, pause: Callable[[list[int]], bool] | None = None,
+               cancel: threading.Event | None = None, ctx=None):
+        return None
 
 
 class GeneratingModel:

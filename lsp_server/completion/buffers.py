@@ -280,16 +280,6 @@ class OpenBuffers:
         return list(self._history)
 
 
-def open_buffers(completer, max_chars: int = 262144) -> OpenBuffers:
-    """The completer's OpenBuffers (lsp_server/completion/completer.py), made on first use."""
-    ob = completer.__dict__.get("_open_buffers")
-    if ob is None:
-        ob = completer._open_buffers = OpenBuffers(completer.lm.encode, completer.ngram,
-                                                   enabled=completer.generator.drafts, max_chars=max_chars,
-                                                   wanted=completer.index_wanted)
-    return ob
-
-
 def region_of(text: str, limit: int) -> str:
     """What is indexed of `text`: all of it, or its first and last whole lines, `limit` characters at most."""
     if len(text) <= limit:
@@ -322,37 +312,31 @@ def block_starts(text: str, a: int, z: int, size: int = BLOCK_CHARS) -> list[int
 
 
 def _common_prefix(a: str, b: str) -> int:
-    n = min(len(a), len(b))
+    """The length of the common prefix of a and b."""
+    return _agreeing(lambda i, j: a[i:j] == b[i:j], min(len(a), len(b)))
+
+
+def _common_suffix(a: str, b: str, limit: int) -> int:
+    """The length of the common suffix of a and b, at most `limit`."""
+    la, lb = len(a), len(b)
+    return _agreeing(lambda i, j: a[la - j : la - i] == b[lb - j : lb - i], limit)
+
+
+def _agreeing(same: Callable[[int, int], bool], n: int) -> int:
+    """The length (at most n) of the run from offset 0 on which `same(i, j)` (offsets i..j agree) holds:
+    blocks of 1K doubling to 64K characters compared at memory speed, then bisection in the first
+    block that differs."""
     i, step = 0, 1024
     while i < n:
         j = min(n, i + step)
-        if a[i:j] != b[i:j]:
-            lo, hi = i, j  # a[:lo] == b[:lo], a[:hi] != b[:hi]
+        if not same(i, j):
+            lo, hi = i, j  # agree on [0, lo), not on [0, hi)
             while hi - lo > 1:
                 mid = (lo + hi) // 2
-                if a[lo:mid] == b[lo:mid]:
+                if same(lo, mid):
                     lo = mid
                 else:
                     hi = mid
             return lo
         i, step = j, min(step * 2, 1 << 16)
     return n
-
-
-def _common_suffix(a: str, b: str, limit: int) -> int:
-    """The length of the common suffix of a and b, at most `limit`."""
-    la, lb = len(a), len(b)
-    i, step = 0, 1024
-    while i < limit:
-        j = min(limit, i + step)
-        if a[la - j : la - i] != b[lb - j : lb - i]:
-            lo, hi = i, j
-            while hi - lo > 1:
-                mid = (lo + hi) // 2
-                if a[la - mid : la - lo] == b[lb - mid : lb - lo]:
-                    lo = mid
-                else:
-                    hi = mid
-            return lo
-        i, step = j, min(step * 2, 1 << 16)
-    return limit

@@ -2,8 +2,8 @@
 to a Completer ready to serve (Engine, pass costs, open buffers, drafter).
 
 `ditto-lsp complete` / `trace` / `bench` (lsp_server/commands/) and the language server
-(lsp_server/lsp/lifecycle.py) both call `build_completer`; what differs between them is
-passed in (the engine with the server's step hooks, whether pass costs are measured afresh
+(lsp_server/lsp/loading.py) both call `build_completer`; what differs between them is
+passed in (the engine, with the server's debug hooks when it has them, whether pass costs are measured afresh
 or read from the cache directory, which drafter to build at once).
 
 `calibrate` measures the pass costs T(1..n) the speculation policy prices drafts with
@@ -33,8 +33,8 @@ def build_completer(lm, settings: CompleterSettings | None = None, *, engine: En
                     drafter: str | None = None) -> Completer:
     """A Completer for the loaded model `lm`.
 
-    - `engine`: the engine to decode with (default: a new Engine; the server passes one whose
-      model is wrapped in its step hooks, lsp_server/lsp/scheduler.py `StepHook`);
+    - `engine`: the engine to decode with (default: a new Engine; a server started with
+      `--debug-hooks` passes one with its pass hooks, lsp_server/lsp/debug.py);
     - `calibration`: "fresh" measures the pass costs now (the server, at every load), "stored"
       reuses the ones the cache directory holds for this model and machine (a one-shot
       command), None measures nothing (drafting off or fixed draft lengths). Costs are

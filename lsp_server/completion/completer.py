@@ -6,11 +6,17 @@ server, so that what a user reproduces from the terminal is what the editor got.
 The Completer builds the prompt, serves type-through, applies the ghost-text stop rules
 and keeps the statistics; only the generation step differs by where the model runs
 (docs/team.md): a `Generator` (lsp_server/backends/base.py) gets the prompt and a
-`done(text)` rule and returns the generated text. `EngineGenerator` runs Ditto's own
-Engine (speculative decoding with the drafters); a remote engine's `RemoteGenerator`
-(lsp_server/backends/remote/generator.py) streams over HTTP and closes the stream once
-`done` says the suggestion has ended. Draft models are loaded through the `load_model`
-callable the builder hands in (lsp_server/completion/build.py), never imported here.
+`done(text)` rule and returns the generated text. `EngineGenerator` (lsp_server/completion/local.py)
+runs Ditto's own Engine (speculative decoding with the drafters); a remote engine's
+`RemoteGenerator` (lsp_server/backends/remote/generator.py) streams over HTTP and closes the
+stream once `done` says the suggestion has ended. The Completer asks the generator what it can
+do (`drafts`, `constrains`, `resumable`), never which kind it is. Draft models are loaded
+through the `load_model` callable the builder hands in (lsp_server/completion/build.py), never
+imported here.
+
+What a call needs comes with it: the request's settings (`settings`, else the Completer's own,
+given at build), the file's state (`file`: its prompt window and place, lsp_server/completion/files.py;
+else the Completer's own, by key) and whom the model's passes are for (`ctx`).
 Left out on purpose: LSP types, threads and scheduling (lsp_server/lsp/).
 """
 
@@ -18,19 +24,20 @@ from __future__ import annotations
 
 import threading
 import time
-from collections import OrderedDict
 from dataclasses import dataclass, field, replace
 from typing import Callable
 
 from drafters import NGramDrafter
 from drafters.registry import DraftContext, make_drafter
 from lsp_server.backends.base import GeneratingModel, Generator
-from lsp_server.completion.buffers import HISTORY, open_buffers
+from lsp_server.completion.buffers import HISTORY, OpenBuffers  # noqa: F401  (HISTORY: the source's name)
 from lsp_server.completion.context import ContextBudget, Prompt, Window, build_prompt, split_at
+from lsp_server.completion.files import FileState, FileStates
+from lsp_server.completion.local import EngineGenerator
 from lsp_server.completion.place import Place, Suggestion
 from lsp_server.decoding.engine import Engine
 from lsp_server.decoding.healing import Healing, VocabBytes
-from lsp_server.decoding.types import DecodeOptions, Generated, Stats
+from lsp_server.decoding.types import DecodeOptions, Generated, RequestContext, Stats  # noqa: F401  (Generated: re-exported)
 
 MAX_INDEXED_CHARS = 262144  # of one buffer, for the drafter: its head and tail (whole lines) past this
 
@@ -48,34 +55,6 @@ class CompleterSettings:
     snippets: str = "heads"
 
 
-class EngineGenerator:
-    """Ditto's own engine: speculative decoding in-process, stopped by `done` between steps."""
-
-    drafts = True
-    constrains = True  # token healing's mask applies (lsp_server/decoding/healing.py)
-
-    def __init__(self, engine: Engine):
-        self.engine = engine
-
-    def forget(self, key: str) -> None:
-        self.engine.forget(key)
-
-    def stats(self, intervals: bool = False) -> None:
-        return None  # the engine's statistics are per completion (Stats) and in the policy's snapshot
-
-    def generate(self, prompt: Prompt, *, options: DecodeOptions, done: Callable[[str], bool], drafter=None,
-                 cancel: threading.Event | None = None, cache_key: str | None = None,
-                 constraint: Healing | None = None, pause: Callable[[list[int]], bool] | None = None) -> Generated:
-        decode = self.engine.lm.decode
-
-        def stop(out: list[int]) -> int | None:
-            return len(out) if done(decode(out)) else None
-
-        completion = self.engine.generate(prompt.ids, drafter=drafter, options=options, stop=stop, cancel=cancel,
-                                          cache_key=cache_key, constraint=constraint, pause=pause)
-        return Generated(decode(completion.tokens), completion)
-
-
 class Completer:
     """Holds the generation step and the n-gram index over other open buffers.
 
@@ -90,7 +69,7 @@ class Completer:
             generator = lm.generator() if isinstance(lm, GeneratingModel) else EngineGenerator(engine or Engine(lm))
         self.generator = generator
         self.engine = generator.engine  # None when the model runs elsewhere
-        self.settings = settings or CompleterSettings()
+        self.settings = settings or CompleterSettings()  # the defaults; a call may bring the request's own
         # load_model(spec, device=, dtype=, backend=) -> a loaded model: how draft models are loaded.
         self._load_model = load_model
         self._vocab_bytes: VocabBytes | None = None
@@ -99,12 +78,14 @@ class Completer:
         # (drafters/ngram.py); a model without them drafts by ids only.
         self.ngram = NGramDrafter(token_text=lm.token_text, encode=lm.encode)
         self._buffers: dict[str, str] = {}
-        self._places: dict[str, Place] = {}  # key -> the last generation answered there (type-through, continuation)
+        # The open buffers' tokens and the drafter's index of them (lsp_server/completion/buffers.py).
+        self.buffers = OpenBuffers(lm.encode, self.ngram, enabled=generator.drafts, max_chars=MAX_INDEXED_CHARS,
+                                   wanted=self.index_wanted)
+        self.files = FileStates()  # per-file state of callers that name files by key (files.py)
         self.continued = 0  # generations resumed after their deadline (idle work or a request)
         self._history: list[list[int]] = []  # accepted completions, oldest first
         self._draft_models: dict[str, object] = {}  # spec -> LoadedModel (loaded once)
         self._drafters: dict[tuple[str, str], object] = {}  # (drafter name, draft-model spec) -> drafter, built once
-        self._windows: OrderedDict[str, Window] = OrderedDict()  # document -> where its prompt window starts
         self._drafting = (self.settings.drafter, DecodeOptions())  # the last request's drafter and options
         # The budget fitted to this machine (settings.budget None) and what it was fitted to (build.py).
         self.fitted_tokens = ContextBudget.DEFAULT_TOTAL
@@ -112,14 +93,19 @@ class Completer:
 
     @property
     def budget(self) -> ContextBudget:
-        """The prompt budget in use: the settings' own, or the one fitted to this machine."""
-        return self.settings.budget or ContextBudget.scaled(self.fitted_tokens, self.settings.snippets)
+        """The prompt budget of the Completer's own settings."""
+        return self.budget_for(self.settings)
 
-    def budget_report(self) -> dict:
-        """What `ditto/stats` and `complete --json` say of the budget: its size, and the costs it was
-        fitted to (None when the settings gave it)."""
-        return {"context_tokens": self.budget.total,
-                "context_fitted_to": self.fitted_to if self.settings.budget is None else None}
+    def budget_for(self, settings: CompleterSettings) -> ContextBudget:
+        """The prompt budget of `settings`: their own, or the one fitted to this machine."""
+        return settings.budget or ContextBudget.scaled(self.fitted_tokens, settings.snippets)
+
+    def budget_report(self, settings: CompleterSettings | None = None) -> dict:
+        """What `ditto/stats` and `complete --json` say of the budget of `settings` (default: the
+        Completer's own): its size, and the costs it was fitted to (None when the settings gave it)."""
+        s = settings or self.settings
+        return {"context_tokens": self.budget_for(s).total,
+                "context_fitted_to": self.fitted_to if s.budget is None else None}
 
     def fit_budget(self, tokens: int, costs: dict[str, float] | None = None) -> None:
         """Use a prompt budget of `tokens` where the settings leave it to this machine (build.py
@@ -130,16 +116,16 @@ class Completer:
     # -- other open buffers -------------------------------------------------------------
     def set_buffer(self, name: str, text: str) -> None:
         """A buffer's text, for the prompt's snippets and the drafter's index (lsp_server/completion/buffers.py:
-        only the blocks an edit touched are tokenized again; indexed now, or by `open_buffers(self).step()`
+        only the blocks an edit touched are tokenized again; indexed now, or by `self.buffers.step()`
         when the server defers it; within the index memory budget)."""
         self._buffers[name] = text
-        open_buffers(self, MAX_INDEXED_CHARS).set(name, text)
+        self.buffers.set(name, text)
 
     def forget_buffer(self, name: str, cache_key: str | None = None) -> None:
         """A buffer closed: its text, index, prompt window and model cache go (the cache is kept under
         `cache_key` where that is not the name: the server's document URI)."""
         self._buffers.pop(name, None)
-        open_buffers(self, MAX_INDEXED_CHARS).forget(name)
+        self.buffers.forget(name)
         self.generator.forget(name)
         if cache_key is not None and cache_key != name:
             self.generator.forget(cache_key)
@@ -157,24 +143,26 @@ class Completer:
         name, opts = self._drafting
         if not self.generator.drafts or name not in self.LOOKUP_DRAFTERS or opts.draft_max <= 0:
             return False
-        spec = self.engine.speculation if self.engine is not None else None
+        spec = self.generator.speculation
         return not opts.adaptive or spec is None or spec.can_pay(opts.draft_max)
 
-    # -- prompt windows (context.py: windows that survive editing) --------------------------
-    MAX_WINDOWS = 64
+    # -- per-file state (files.py): prompt windows (context.py) and places ---------------------
+    def _file(self, file: FileState | None, key: str | None) -> FileState | None:
+        """The per-file state a call uses: the caller's (the server's document session owns one per
+        document), else the one this Completer keeps for `key` (None without either)."""
+        if file is not None:
+            return file
+        return None if key is None else self.files.get(key)
 
     def window(self, key: str | None) -> Window | None:
-        """The prompt-window state of a document (created on first use); None for no key."""
-        if key is None:
-            return None
-        w = self._windows.pop(key, None) or Window()
-        self._windows[key] = w
-        while len(self._windows) > self.MAX_WINDOWS:
-            self._windows.popitem(last=False)
-        return w
+        """The prompt-window state of the file named `key` (created on first use); None for no key."""
+        state = self._file(None, key)
+        return None if state is None else state.window
 
     def forget_window(self, key: str) -> None:
-        self._windows.pop(key, None)
+        state = self.files.peek(key)
+        if state is not None:
+            state.forget_window()
 
     def vocab_bytes(self) -> VocabBytes:
         """The model's token bytes indexed for token healing, built once (a 152k vocabulary: ~0.5 s)."""
@@ -183,7 +171,7 @@ class Completer:
         return self._vocab_bytes
 
     # -- history: completions the user accepted ---------------------------------------------
-    def accepted(self, text: str, after: str = "") -> None:
+    def accepted(self, text: str, after: str = "", settings: CompleterSettings | None = None) -> None:
         """Remember an accepted completion (and the text typed right after it) for drafting.
 
         It joins the n-gram index as the "history" source (priority 2, after the open
@@ -191,10 +179,10 @@ class Completer:
         a pattern the user accepted once is proposed again in any file.
         """
         if self.generator.drafts:
-            open_buffers(self, MAX_INDEXED_CHARS).accept(self.lm.encode(text + after), self.settings.history_tokens)
+            self.buffers.accept(self.lm.encode(text + after), (settings or self.settings).history_tokens)
 
     def history(self) -> list[str]:
-        return [self.lm.decode(ids) for ids in open_buffers(self, MAX_INDEXED_CHARS).history()]
+        return [self.lm.decode(ids) for ids in self.buffers.history()]
 
     # -- completion -----------------------------------------------------------------------
     def draft_model(self, spec: str | None = None):
@@ -208,9 +196,10 @@ class Completer:
                                                         backend=where["backend"])
         return self._draft_models[spec]
 
-    def drafter_for(self, name: str | None):
-        """The drafter called `name` (drafters/registry.py), built once per draft-model spec;
-        None for plain decoding or a model that generates elsewhere.
+    def drafter_for(self, name: str | None, draft_model: str | None = None):
+        """The drafter called `name` (drafters/registry.py) with the draft model `draft_model` (default:
+        the settings'), built once per draft-model spec; None for plain decoding or a model that
+        generates elsewhere.
 
         A draft model whose tokenizer is not the target's raises
         drafters.model_drafter.TokenizerMismatch (a ValueError).
@@ -218,7 +207,7 @@ class Completer:
         name = name or self.settings.drafter
         if not self.generator.drafts:
             return None
-        spec = self.settings.draft_model
+        spec = draft_model or self.settings.draft_model
         key = (name, spec)
         if key not in self._drafters:
             def policy():
@@ -236,7 +225,8 @@ class Completer:
         return [d for (name, _), d in self._drafters.items() if name == "hybrid"]
 
     def prompt_for(self, text: str, line: int, col: int, *, name: str | None = None, cache_key: str | None = None,
-                   others: list[tuple[str, str]] | None = None) -> Prompt:
+                   others: list[tuple[str, str]] | None = None, settings: CompleterSettings | None = None,
+                   file: FileState | None = None) -> Prompt:
         """The prompt `complete` sends to the engine for this position (idle prefill warms this one).
 
         The typed text is healed (context.py `healed_tail`): the prompt ends at the last token
@@ -249,30 +239,36 @@ class Completer:
         if others is None:
             others = [(n, t) for n, t in self._buffers.items() if n != name]
         heal = "token" if self.generator.constrains else "blanks"
-        return build_prompt(self.lm, text, line, col, others=others, path=name, budget=self.budget,
-                            window=self.window(name or cache_key), heal=heal)
+        state = self._file(file, name or cache_key)
+        return build_prompt(self.lm, text, line, col, others=others, path=name,
+                            budget=self.budget_for(settings or self.settings),
+                            window=state.window if state is not None else None, heal=heal)
 
     def warm(self, text: str, line: int, col: int, *, name: str | None = None, cache_key: str,
              cancel: threading.Event | None = None, chunk: int = 32,
-             others: list[tuple[str, str]] | None = None) -> Stats:
+             others: list[tuple[str, str]] | None = None, settings: CompleterSettings | None = None,
+             file: FileState | None = None, ctx: RequestContext | None = None) -> Stats:
         """Prefill the prompt of a completion at (line, col) without decoding (idle prefill).
 
         The same prompt `complete` would build, into the same cache: a request there then
         prefills nothing, and one that cancels this keeps what it finished (Engine.warm).
         """
-        prompt = self.prompt_for(text, line, col, name=name, cache_key=cache_key, others=others)
+        prompt = self.prompt_for(text, line, col, name=name, cache_key=cache_key, others=others, settings=settings,
+                                 file=file)
         ids = prompt.ids
-        cached = self.engine.cached_ids(cache_key) if line == 0 and prompt.stable_end > 0 else None
+        cached = self.generator.cached_ids(cache_key) if line == 0 and prompt.stable_end > 0 else None
         if cached is not None and prompt.stable[: len(cached)] == cached:
             # Aimed at the first line of a document whose cache holds no place yet (didOpen aims there): warm
             # what the prompt of every place below the file's head starts with (head.py), not the prompt of
             # line 1, which holds no lines above. Once a place was asked, its cache serves the requests there.
             ids = [*prompt.stable, 0]  # (Engine.warm prefills all but the last id)
-        return self.engine.warm(ids, cache_key, cancel=cancel, chunk=chunk)
+        return self.generator.warm(ids, cache_key, cancel=cancel, chunk=chunk, ctx=ctx)
 
     def complete(self, text: str, line: int, col: int, *, name: str | None = None, options: DecodeOptions | None = None,
                  drafter: str | None = None, cancel: threading.Event | None = None, cache_key: str | None = None,
-                 others: list[tuple[str, str]] | None = None, hold: threading.Event | None = None) -> Suggestion:
+                 others: list[tuple[str, str]] | None = None, hold: threading.Event | None = None,
+                 settings: CompleterSettings | None = None, file: FileState | None = None,
+                 ctx: RequestContext | None = None) -> Suggestion:
         """Complete at 0-based (line, col) of `text`; col counts code points.
 
         The end of the typed text is healed (`prompt_for`): the model writes it again, under
@@ -291,32 +287,34 @@ class Completer:
         """
         t0 = time.perf_counter()
         opts = options or DecodeOptions()
-        if cache_key is not None and self.settings.type_through:
-            hit = self._from_place(text, line, col, cache_key, opts, cancel)
+        s = settings or self.settings
+        state = self._file(file, cache_key)
+        if cache_key is not None and s.type_through:
+            hit = self._from_place(text, line, col, cache_key, state, opts, cancel, ctx)
             if hit is not None:
                 hit.latency_ms = (time.perf_counter() - t0) * 1000
                 return hit
-        drafter_name = drafter or self.settings.drafter
+        drafter_name = drafter or s.drafter
         self._drafting = (drafter_name, opts)
-        d = self.drafter_for(drafter_name)
+        d = self.drafter_for(drafter_name, s.draft_model)
         if d is not None:
             d.set_options(opts)  # a model drafter samples its drafts as the target samples
         _, typed, after, _ = split_at(text, line, col)
-        prompt = self.prompt_for(text, line, col, name=name, cache_key=cache_key, others=others)
+        prompt = self.prompt_for(text, line, col, name=name, cache_key=cache_key, others=others, settings=s,
+                                 file=file)
         shown_prompt = replace(prompt, typed=typed, after=after)
         heal = prompt.healed
         constraint = Healing(self.vocab_bytes(), heal.encode("utf-8")) if heal and self.generator.constrains else None
         before, after_cursor = _cut(text, line, col)
-        place = Place(before, after_cursor, shown_prompt, heal, self.settings.multiline,
+        place = Place(before, after_cursor, shown_prompt, heal, s.multiline,
                       drafter_name if d is not None else ("none" if self.generator.drafts else "remote"), self.lm.decode)
         deadline = (opts.first_answer_s is not None and opts.greedy and cache_key is not None
-                    and self.engine is not None)
+                    and self.generator.resumable)
         pause = place.pause_rule(0, opts.first_answer_s) if deadline else None
         if pause is not None and hold is not None:
             pause = _or_held(pause, hold)
         gen = self.generator.generate(prompt, options=opts, done=place.done, drafter=d, cancel=cancel,
-                                      cache_key=cache_key, constraint=constraint,
-                                      **({"pause": pause} if pause is not None else {}))
+                                      cache_key=cache_key, constraint=constraint, pause=pause, ctx=ctx)
         if deadline:
             place.again = lambda: self.generator.generate(
                 prompt, options=replace(opts, first_answer_s=None, time_budget_s=None), done=place.done, drafter=d,
@@ -324,13 +322,15 @@ class Completer:
             ).completion
         place.update(gen.text, gen.completion)
         sug = place.answer(0, (time.perf_counter() - t0) * 1000, notice=gen.notice)
-        if cache_key is not None:
+        if state is not None:
             place.ahead = hold is not None
-            self._keep_place(cache_key, place)
+            state.place = place if place.text and place.completion.stats.stop_reason not in ("cancelled", "error") \
+                else None
         return sug
 
     def ahead(self, text: str, line: int, col: int, *, name: str | None = None, options: DecodeOptions,
-              cache_key: str, hold: threading.Event) -> bool:
+              cache_key: str, hold: threading.Event, settings: CompleterSettings | None = None,
+              file: FileState | None = None, ctx: RequestContext | None = None) -> bool:
         """Generate, while the worker is idle, the suggestion a request at (line, col) would get, so
         that the request is answered from it (llama.vim's "speculative FIM", here for the place the
         user is at). Greedy with a deadline only: the generation pauses at its first complete line
@@ -340,61 +340,63 @@ class Completer:
         prefill is not stopped by `hold`, and idle prefill aimed at the top of a document warms
         the file's head instead (`warm`), which the prompt of line 1 would evict. True when a
         suggestion was kept for `cache_key`."""
-        if (self.engine is None or not options.greedy or options.first_answer_s is None
-                or not self.settings.type_through or hold.is_set() or self.place_fits(cache_key, text, line, col)):
+        s = settings or self.settings
+        if (not self.generator.resumable or not options.greedy or options.first_answer_s is None
+                or not s.type_through or hold.is_set() or self.place_fits(cache_key, text, line, col, file=file)):
             return False  # (a suggestion that fits is there: the request is served from it)
-        ids = self.prompt_for(text, line, col, name=name, cache_key=cache_key).ids
-        if self.engine.cached_ids(cache_key)[: len(ids) - 1] != ids[:-1]:
+        ids = self.prompt_for(text, line, col, name=name, cache_key=cache_key, settings=s, file=file).ids
+        if self.generator.cached_ids(cache_key)[: len(ids) - 1] != ids[:-1]:
             return False
-        self.complete(text, line, col, name=name, options=options, cache_key=cache_key, hold=hold)
-        return cache_key in self._places
+        self.complete(text, line, col, name=name, options=options, cache_key=cache_key, hold=hold, settings=s,
+                      file=file, ctx=ctx)
+        return self.place(cache_key, file) is not None
 
     # -- places: one generation answered in pieces (a deadline, its continuation, type-through) ------
-    def _keep_place(self, key: str, place: "Place") -> None:
-        self._places.pop(key, None)
-        if place.text and place.completion.stats.stop_reason not in ("cancelled", "error"):
-            self._places[key] = place
-            while len(self._places) > 64:
-                self._places.pop(next(iter(self._places)))
+    def place(self, key: str | None, file: FileState | None = None) -> Place | None:
+        """The last generation answered for `key` (in `file`, when given), or None."""
+        state = file if file is not None else (self.files.peek(key) if key is not None else None)
+        return None if state is None else state.place
 
-    def pending(self, key: str) -> bool:
+    def pending(self, key: str, file: FileState | None = None) -> bool:
         """Whether the generation answered for `key` paused at its deadline and can be finished."""
-        place = self._places.get(key)
-        return place is not None and not place.finished and self.engine is not None and self.engine.paused(key)
+        place = self.place(key, file)
+        return place is not None and not place.finished and self.generator.paused(key)
 
-    def place_fits(self, key: str, text: str, line: int, col: int) -> bool:
+    def place_fits(self, key: str, text: str, line: int, col: int, file: FileState | None = None) -> bool:
         """Whether the suggestion at `key` could serve a request at (line, col) of `text` (the text
         after the cursor unchanged, the text typed since is the suggestion's start)."""
-        place = self._places.get(key)
+        place = self.place(key, file)
         if place is None:
             return False
         before, after = _cut(text, line, col)
         return after == place.after and before.startswith(place.before) and \
             place.text.startswith(before[len(place.before):])
 
-    def continue_place(self, key: str, cancel: threading.Event | None = None) -> bool:
+    def continue_place(self, key: str, cancel: threading.Event | None = None, file: FileState | None = None,
+                       ctx: RequestContext | None = None) -> bool:
         """Finish the paused generation of `key` (idle work); True when it ran. Cancelled, it stays
         paused: a later call or the next request there goes on from where it stopped."""
-        if not self.pending(key):
+        if not self.pending(key, file):
             return False
-        place = self._places[key]
-        completion = self.engine.resume(key, cancel=cancel)
+        place = self.place(key, file)
+        completion = self.generator.resume(key, cancel=cancel, ctx=ctx)
         if completion is None:
             return False
         place.update(self.lm.decode(completion.tokens), completion)
         self.continued += 1
         return True
 
-    def check_place(self, key: str) -> dict | None:
+    def check_place(self, key: str, file: FileState | None = None) -> dict | None:
         """Test hook (the server's `ditto/debug/checkPlace`; the editor replay's check that a deadline
         and its continuation give one uninterrupted generation): finish the generation answered for
         `key`, generate its prompt again without a deadline or time limit, and compare the tokens.
-        None when no generation there paused at a deadline."""
-        place = self._places.get(key)
+        None when no generation there paused at a deadline. A generation cut short before it wrote
+        anything is no evidence either way: "identical" is None then, not True."""
+        place = self.place(key, file)
         if place is None or place.again is None or not place.pauses:
             return None
-        while self.pending(key):
-            completion = self.engine.resume(key)
+        while self.pending(key, file):
+            completion = self.generator.resume(key)
             if completion is None:
                 break
             place.update(self.lm.decode(completion.tokens), completion)
@@ -403,12 +405,14 @@ class Completer:
         got, want = list(pieces.tokens), list(whole.tokens)
         cut = pieces.stats.stop_reason in ("time", "cancelled", "interrupted")  # ended early: a prefix is enough
         same = got == want or (cut and want[: len(got)] == got)
+        if cut and not got and want:
+            same = None  # cut short with nothing written: the check compared nothing
         place.again = None  # checked once
         return {"identical": same, "tokens": len(got), "uninterrupted_tokens": len(want), "pauses": place.pauses,
                 "stop_reason": pieces.stats.stop_reason}
 
-    def _from_place(self, text: str, line: int, col: int, key: str, opts: DecodeOptions,
-                    cancel: threading.Event | None) -> Suggestion | None:
+    def _from_place(self, text: str, line: int, col: int, key: str, state: FileState | None, opts: DecodeOptions,
+                    cancel: threading.Event | None, ctx: RequestContext | None) -> Suggestion | None:
         """The rest of the suggestion at `key` when the user typed its beginning, else None.
 
         Served only when the text after the cursor is unchanged and the text before it is
@@ -416,7 +420,7 @@ class Completer:
         surrounding text. A sampled suggestion is not re-served (a new request must draw).
         When the rest is not generated yet the paused generation resumes to the next
         complete line (the deadline applies again)."""
-        place = self._places.get(key)
+        place = state.place if state is not None else None
         if place is None or not opts.greedy:
             return None
         before, after = _cut(text, line, col)
@@ -428,9 +432,10 @@ class Completer:
         if not place.text.startswith(typed):
             return None
         if len(typed) >= len(place.text) or not place.complete_after(len(typed)):
-            if not self.pending(key):
+            if not self.pending(key, state):
                 return None if len(typed) >= len(place.text) else place.answer(len(typed), 0.0, typethrough=True)
-            completion = self.engine.resume(key, cancel=cancel, pause=place.pause_rule(len(typed), opts.first_answer_s))
+            completion = self.generator.resume(key, cancel=cancel, pause=place.pause_rule(len(typed), opts.first_answer_s),
+                                               ctx=ctx)
             if completion is None:
                 return None
             place.update(self.lm.decode(completion.tokens), completion)

@@ -23,6 +23,11 @@ Acceptance rules (Leviathan et al. 2023), written next to their code in `accept`
 Temperature, top-k and top-p are applied to p before the rule. Drafting off (k = 0) is the
 same loop with empty drafts: the reference every speculative result must equal.
 
+Every model pass goes through `_forward`, which counts a pass begun after `cancel` was set
+(`Stats.stale_passes`) and calls the engine's optional `hooks` (lsp_server/decoding/types.py
+`PassHooks`: the server's debug hooks, installed only with `ditto-lsp serve --debug-hooks`) with
+the caller's `RequestContext`, passed down with each call rather than kept on the engine.
+
 KV reuse across requests: `generate(cache_key=...)` keeps the cache of the last sequence
 under that key (least recently used evicted past `max_cached_docs` or
 `max_cached_tokens`); a new prompt keeps the longest common token prefix and prefills
@@ -34,6 +39,7 @@ from __future__ import annotations
 import threading
 import time
 from collections import OrderedDict
+from contextlib import contextmanager
 from dataclasses import dataclass
 from typing import Callable, Sequence
 
@@ -43,7 +49,16 @@ from drafters.base import Drafter, Proposal
 from drafters.probs import filtered_probs
 from drafters.speculation import Speculation, measure_pass_costs
 from lsp_server.decoding.healing import Healing
-from lsp_server.decoding.types import Cancelled, Completion, DecodeOptions, Round, Stats, StopRule
+from lsp_server.decoding.types import (
+    Cancelled,
+    Completion,
+    DecodeOptions,
+    PassHooks,
+    RequestContext,
+    Round,
+    Stats,
+    StopRule,
+)
 
 
 @dataclass
@@ -69,6 +84,15 @@ class _Loop:
 
 
 @dataclass
+class _Call:
+    """One call into the engine (generate, resume, warm): what its passes are for."""
+
+    stats: Stats
+    cancel: threading.Event | None
+    ctx: RequestContext | None
+
+
+@dataclass
 class _KV:
     ids: list[int]  # the tokens the cache holds, in order
     cache: object
@@ -76,8 +100,10 @@ class _KV:
 
 
 class Engine:
-    def __init__(self, lm, max_cached_docs: int = 8, max_cached_tokens: int = 32768):
+    def __init__(self, lm, max_cached_docs: int = 8, max_cached_tokens: int = 32768, hooks: PassHooks | None = None):
         self.lm = lm
+        self.hooks = hooks  # called around every model pass (lsp_server/lsp/debug.py), None in production
+        self.stale_passes = 0  # passes begun after their call's `cancel` was set, over this engine's life
         self.speculation: Speculation | None = None  # set by calibrate()
         self.max_cached_docs = max_cached_docs
         self.max_cached_tokens = max_cached_tokens
@@ -149,9 +175,39 @@ class Engine:
         while self._kv and (len(self._kv) > self.max_cached_docs or self.cached_tokens() > self.max_cached_tokens):
             self.lm.release(self._kv.popitem(last=False)[1].cache)
 
+    @contextmanager
+    def _holding(self, key: str | None, state: _KV):
+        """Run the body on `state`, taken from the store for `key`, and put it back after, as far as it
+        got. A failed pass may leave the cache half-written: then it is released and never reused."""
+        self.active = state
+        try:
+            yield
+        except BaseException:
+            self.lm.release(state.cache)
+            state.cache, state.ids = None, []
+            raise
+        finally:
+            self.active = None
+            if state.ids and state.cache is not None:
+                self._put_state(key, state)
+            elif state.cache is not None:
+                self.lm.release(state.cache)
+
+    def _forward(self, call: _Call, ids: Sequence[int], cache, last: int) -> torch.Tensor:
+        """One model pass, counted as stale when begun after the call's `cancel` was set, between the hooks."""
+        if call.cancel is not None and call.cancel.is_set():
+            call.stats.stale_passes += 1
+            self.stale_passes += 1
+        if self.hooks is not None:
+            self.hooks.before_pass(call.ctx, len(ids))
+        logits = self.lm.forward(ids, cache, last=last)
+        if self.hooks is not None:
+            self.hooks.after_pass(call.ctx, len(ids))
+        return logits
+
     # -- phases -------------------------------------------------------------------------
     def prefill(self, state: _KV, prompt: Sequence[int], opts: DecodeOptions, stats: Stats,
-                cancel: threading.Event | None) -> None:
+                cancel: threading.Event | None, ctx: RequestContext | None = None) -> None:
         """Make `state` hold prompt[:-1]: keep the common prefix, run the rest in chunks.
 
         prompt: [P] token ids; after: len(state.ids) == P - 1 == cache length.
@@ -169,6 +225,7 @@ class Engine:
         stats.reused_tokens = keep
         # Chunks end at multiples of `step` (absolute positions); where the backend cuts passes on
         # whole blocks, step is a multiple of the block, so a chunk finished before a cancel stays reusable.
+        call = _Call(stats, cancel, ctx)
         step = max(1, opts.prefill_chunk)
         block = self.lm.block
         if block:
@@ -179,13 +236,13 @@ class Engine:
                 raise Cancelled
             end = min(len(want), (pos // step + 1) * step)
             chunk = want[pos:end]
-            self.lm.forward(chunk, state.cache, last=1)
+            self._forward(call, chunk, state.cache, last=1)
             state.ids.extend(chunk)
             stats.prefill_tokens += len(chunk)
             pos = end
 
     def warm(self, prompt: Sequence[int], cache_key: str, cancel: threading.Event | None = None,
-             chunk: int = 64) -> Stats:
+             chunk: int = 64, ctx: RequestContext | None = None) -> Stats:
         """Prefill `prompt` (all but its last token) into the cache of `cache_key`, without decoding.
 
         For idle time: a request for the same prompt then finds it cached. Runs in chunks of
@@ -200,19 +257,11 @@ class Engine:
             return stats
         with self._lock:
             state = self._take_state(cache_key)
-            try:
-                self.prefill(state, prompt, DecodeOptions(prefill_chunk=max(1, chunk)), stats, cancel)
-            except Cancelled:
-                stats.stop_reason = "cancelled"
-            except BaseException:
-                self.lm.release(state.cache)
-                state = _KV([], self.lm.new_cache())
-                raise
-            finally:
-                if len(state.ids):
-                    self._put_state(cache_key, state)
-                else:
-                    self.lm.release(state.cache)
+            with self._holding(cache_key, state):
+                try:
+                    self.prefill(state, prompt, DecodeOptions(prefill_chunk=max(1, chunk)), stats, cancel, ctx)
+                except Cancelled:
+                    stats.stop_reason = "cancelled"
         stats.prefill_ms = stats.wall_ms = (time.perf_counter() - t0) * 1000
         return stats
 
@@ -229,9 +278,9 @@ class Engine:
             proposal.tokens = proposal.tokens[:k]
         return proposal
 
-    def verify(self, state: _KV, seq: list[int], draft: list[int]) -> torch.Tensor:
+    def verify(self, state: _KV, seq: list[int], draft: list[int], call: _Call) -> torch.Tensor:
         """One target pass over [seq[-1]] + draft; returns logits [k + 1, V]."""
-        logits = self.lm.forward([seq[-1], *draft], state.cache, last=len(draft) + 1)
+        logits = self._forward(call, [seq[-1], *draft], state.cache, last=len(draft) + 1)
         state.ids.append(seq[-1])
         state.ids.extend(draft)
         return logits
@@ -288,6 +337,7 @@ class Engine:
         on_round: Callable[[Round, list[int]], None] | None = None,
         constraint: Healing | None = None,
         pause: Callable[[list[int]], bool] | None = None,
+        ctx: RequestContext | None = None,
     ) -> Completion:
         """Decode a continuation of `prompt` (token ids, at least one).
 
@@ -301,6 +351,7 @@ class Engine:
         from the same cache, loop state and sampling stream, so a generation paused at a
         deadline and resumed gives the tokens one uninterrupted call gives. A cancelled one
         can be resumed the same way. Any other use of that key's cache ends the chance.
+        `ctx`: whom the passes are for, handed to the engine's hooks.
         """
         opts = options or DecodeOptions()
         if not prompt:
@@ -315,10 +366,9 @@ class Engine:
             gen.manual_seed(opts.seed if opts.seed is not None else int(torch.randint(0, 2**62, ()).item()))
         with self._lock:
             state = self._take_state(cache_key)
-            self.active = state
-            try:
+            with self._holding(cache_key, state):
                 try:
-                    self.prefill(state, prompt, opts, stats, cancel)
+                    self.prefill(state, prompt, opts, stats, cancel, ctx)
                 except Cancelled:
                     stats.stop_reason = "cancelled"
                 stats.prefill_ms = (time.perf_counter() - t0) * 1000
@@ -329,23 +379,14 @@ class Engine:
                 loop = _Loop(seq, out, stats, rounds, opts, drafter, stop, gen, on_round, spec, scorer, constraint,
                              constraint.start() if constraint is not None else None, len(seq) - 1)
                 if not stats.stop_reason:
-                    self._run(state, loop, cancel, pause)
-            except BaseException:
-                # A failed pass may leave the cache half-written: never reuse it.
-                self.lm.release(state.cache)
-                state = _KV([], self.lm.new_cache())
-                raise
-            finally:
-                self.active = None
-                if len(state.ids) and state.cache is not None:
-                    self._put_state(cache_key, state)
+                    self._run(state, loop, _Call(stats, cancel, ctx), pause)
         stats.tokens = len(out)
         stats.wall_ms = (time.perf_counter() - t0) * 1000
         stats.decode_ms = stats.wall_ms - stats.prefill_ms
         return Completion(list(out), stats, rounds)
 
     def resume(self, cache_key: str, *, pause: Callable[[list[int]], bool] | None = None,
-               cancel: threading.Event | None = None) -> Completion | None:
+               cancel: threading.Event | None = None, ctx: RequestContext | None = None) -> Completion | None:
         """Go on with the generation paused (or cancelled) on `cache_key`; None when there is none.
 
         Returns the whole completion so far (every token since the prompt, statistics summed
@@ -357,18 +398,9 @@ class Engine:
                 return None
             del self._kv[cache_key]
             loop, state.loop = state.loop, None
-            self.active = state
-            try:
+            with self._holding(cache_key, state):
                 loop.stats.stop_reason = ""
-                self._run(state, loop, cancel, pause)
-            except BaseException:
-                self.lm.release(state.cache)
-                state = _KV([], self.lm.new_cache())
-                raise
-            finally:
-                self.active = None
-                if len(state.ids) and state.cache is not None:
-                    self._put_state(cache_key, state)
+                self._run(state, loop, _Call(loop.stats, cancel, ctx), pause)
         stats = loop.stats
         stats.tokens = len(loop.out)
         spent = (time.perf_counter() - t0) * 1000
@@ -376,17 +408,17 @@ class Engine:
         stats.decode_ms += spent
         return Completion(list(loop.out), stats, loop.rounds)
 
-    def _run(self, state: _KV, loop: _Loop, cancel, pause) -> None:
+    def _run(self, state: _KV, loop: _Loop, call: _Call, pause) -> None:
         """Decode until the loop ends or pauses; a paused or cancelled loop stays on `state` to resume."""
         t = time.perf_counter()
-        loop.stats.stop_reason = self._decode(state, loop, cancel, pause, t - loop.decoded_s)
+        loop.stats.stop_reason = self._decode(state, loop, call, pause, t - loop.decoded_s)
         loop.decoded_s += time.perf_counter() - t
         if loop.stats.stop_reason in ("paused", "cancelled"):
             state.loop = loop
         elif loop.scorer is not None:
             loop.scorer.settle(loop.seq, final=True)
 
-    def _decode(self, state: _KV, loop: _Loop, cancel, pause, t_decode: float) -> str:
+    def _decode(self, state: _KV, loop: _Loop, call: _Call, pause, t_decode: float) -> str:
         """The propose/verify loop. `spec` (the policy, when adaptive) chooses how much of each
         proposal to verify and learns from every timed pass; `scorer` scores offered drafts.
         `t_decode`: when decoding began (the time budget counts from it, not from prefill or pauses)."""
@@ -394,6 +426,7 @@ class Engine:
         drafter, stop, gen, on_round, spec, scorer = loop.drafter, loop.stop, loop.gen, loop.on_round, loop.spec, \
             loop.scorer
         constraint, start = loop.constraint, loop.start
+        cancel = call.cancel
         stop_ids = self.lm.stop_ids
         # A backend whose multi-row passes are not batch-invariant but close (torch float32 on a
         # CPU) names the logit margin below which a verify pass may decide otherwise than plain
@@ -426,7 +459,7 @@ class Engine:
                         proposal.probs = proposal.probs[:chosen]
             draft = proposal.tokens
             t = time.perf_counter()
-            logits = self.verify(state, seq, draft)
+            logits = self.verify(state, seq, draft, call)
             if rest is not None:  # token healing: the same mask whatever the pass shape (healing.py)
                 logits = constraint.mask(logits, rest, draft)
             n_acc, token = self.accept(logits, proposal, opts, gen)
@@ -441,7 +474,7 @@ class Engine:
                     del state.ids[start:]
                     self.lm.crop(state.cache, start)
                     for tid in seq[start:-1]:
-                        self.lm.forward([tid], state.cache, last=1)
+                        self._forward(call, [tid], state.cache, last=1)
                         state.ids.append(tid)
                     stats.tie_passes += 1 + len(seq) - 1 - start
                     stats.tie_replays += 1

@@ -7,8 +7,9 @@ server and the benchmark can all name these types without importing the engine
 
 from __future__ import annotations
 
+import threading
 from dataclasses import asdict, dataclass, field
-from typing import Callable
+from typing import Callable, Protocol
 
 StopRule = Callable[[list[int]], "int | None"]  # generated ids -> length to keep, or None to go on
 
@@ -67,6 +68,9 @@ class Stats:
     stop_reason: str = ""
     tie_replays: int = 0  # verify passes undone at a near-tie and decoded again one token per pass
     tie_passes: int = 0  # passes those cost (the undone pass and the replay), not in target_passes
+    # Model passes begun after `cancel` was set. One can race the engine's check of the flag; more than
+    # one for a request means the flag is not checked (the server's `ditto/stats` reports the most).
+    stale_passes: int = 0
     drafted_at: list[int] = field(default_factory=list)  # per draft position: proposals
     accepted_at: list[int] = field(default_factory=list)  # per draft position: acceptances
 
@@ -90,6 +94,25 @@ class Completion:
     tokens: list[int]
     stats: Stats
     rounds: list[Round]
+
+
+@dataclass(frozen=True)
+class RequestContext:
+    """Who a piece of model work is for: passed down from the server's request or idle job, through
+    the Completer and the engine, to the engine's pass hooks (lsp_server/lsp/debug.py), never kept
+    on a shared object."""
+
+    key: str | None = None  # the document (the server's URI)
+    idle: bool = False  # idle work (prefill, a suggestion made ahead), not a request
+    cancel: threading.Event | None = None  # set when the work is no longer wanted
+
+
+class PassHooks(Protocol):
+    """Called by the engine around every model pass (lsp_server/decoding/engine.py `Engine(hooks=)`)."""
+
+    def before_pass(self, ctx: RequestContext | None, rows: int) -> None: ...
+
+    def after_pass(self, ctx: RequestContext | None, rows: int) -> None: ...
 
 
 class Cancelled(Exception):

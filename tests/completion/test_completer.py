@@ -98,7 +98,7 @@ def test_reused_cache_across_real_edits_gives_the_same_completion(lm):
         # The fresh completer gets the same prompt window (so the same prompt: lines typed at a place
         # stay in its middle, context.py `_middle_from`) and no KV cache.
         fresh = Completer(lm)
-        fresh._windows["main.py"] = copy.deepcopy(reuse.window("main.py"))
+        fresh.files.get("main.py").window = copy.deepcopy(reuse.window("main.py"))
         a = reuse.complete(text, line, col, options=OPTS, cache_key="main.py")
         b = fresh.complete(text, line, col, options=OPTS, cache_key="main.py")
         assert a.typethrough or a.prompt.ids == b.prompt.ids
@@ -290,7 +290,7 @@ def test_an_answer_at_the_deadline_and_its_continuation_give_the_uninterrupted_s
     while c.pending("a"):
         assert first.continuing and c.continue_place("a")
         runs += 1
-    place = c._places.get("a")
+    place = c.place("a")
     if place is not None:
         assert place.completion.tokens == ref.completion.tokens and place.text == ref.text
     assert first.completion.stats.prefill_tokens == len(first.prompt.ids) - 1 or runs == 0
@@ -312,7 +312,7 @@ def test_a_request_that_typed_the_answer_resumes_the_paused_generation(lm):
     assert ref.text[len(typed):].startswith(second.text) and second.text
     while c.pending("a"):
         c.continue_place("a")
-    assert c._places["a"].completion.tokens == ref.completion.tokens
+    assert c.place("a").completion.tokens == ref.completion.tokens
     assert c.continued >= 1
 
 
@@ -356,14 +356,14 @@ def test_a_suggestion_generated_ahead_answers_the_request_there_with_the_plain_g
     if not kept:
         assert not ref.text.strip() or held_after is not None  # nothing shown yet when held at once
         return
-    assert c._places["a"].ahead
+    assert c.place("a").ahead
     answer = c.complete(doc, line, col, options=opts, cache_key="a")
     assert answer.ahead and not answer.typethrough
     assert ref.text.startswith(answer.text)
-    assert answer.text == ref.text.split("\n")[0] or "\n" in answer.text or c._places["a"].finished
+    assert answer.text == ref.text.split("\n")[0] or "\n" in answer.text or c.place("a").finished
     while c.pending("a"):
         c.continue_place("a")
-    assert c._places["a"].completion.tokens == ref.completion.tokens and c._places["a"].text == ref.text
+    assert c.place("a").completion.tokens == ref.completion.tokens and c.place("a").text == ref.text
     again = c.complete(doc, line, col, options=opts, cache_key="a")  # asked again where it was shown: generated anew
     assert not again.ahead and again.text.startswith(answer.text[:1])
 
@@ -420,7 +420,7 @@ def test_check_place_compares_the_paused_generation_with_the_uninterrupted_one(l
     assert got is not None and got["identical"] and got["pauses"] >= 1 and got["tokens"] == got["uninterrupted_tokens"]
     assert c.check_place("a") is None  # once
     c.complete(doc, line, col, options=opts, drafter="ngram", cache_key="b")
-    place = c._places["b"]
+    place = c.place("b")
     while c.pending("b"):
         c.continue_place("b")
     place.completion.tokens[-1] = (place.completion.tokens[-1] + 1) % lm.vocab_size
@@ -432,7 +432,6 @@ def test_the_open_buffers_are_indexed_only_while_a_draft_could_pay(lm):
     can pay"): on pass costs T(n) = n T(1), as llama.cpp's one-row verification on a CPU, the
     default drafter does what drafting off does. Costs where drafts pay bring the index back."""
     from drafters.speculation import Speculation
-    from lsp_server.completion.buffers import open_buffers
 
     doc = "def area(width, height):\n    return width * height\n" * 40
     c = Completer(lm)
@@ -441,7 +440,7 @@ def test_the_open_buffers_are_indexed_only_while_a_draft_could_pay(lm):
     c.ngram.propose = lambda seq, k: lookups.append(k) or propose(seq, k)  # counts the drafter's lookups
     c.engine.speculation = Speculation({n: 10.0 * n for n in range(1, 10)})  # every row costs one pass
     c.set_buffer("other.py", doc)
-    index = open_buffers(c)
+    index = c.buffers
     assert index.stats()["indexings"] == 0 and index.pending() == 0 and not index.step()
     assert index.stats()["wanted"] is False and "other.py" not in c.ngram.source_names()
     sug = c.complete(doc, 1, 4, options=DecodeOptions(max_new_tokens=6), cache_key="doc")

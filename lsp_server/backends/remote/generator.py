@@ -10,14 +10,15 @@ import time
 from collections import deque
 from typing import Callable
 
-from lsp_server.backends.remote.http import RemoteError, _Request, _Stop
+from lsp_server.backends.base import Generator
+from lsp_server.backends.remote.http import RemoteError, Request, Stop
 from lsp_server.decoding.types import Completion, Generated, Stats
 from lsp_server.numbers import percentile
 
 log = logging.getLogger(__name__)
 
 
-class RemoteGenerator:
+class RemoteGenerator(Generator):
     """The Completer's generation step for a remote engine (lsp_server/backends/base.py, `Generator`).
 
     Streams the completion, hands the Completer's `done(text)` every new piece, and closes
@@ -34,7 +35,6 @@ class RemoteGenerator:
 
     def __init__(self, model):  # a RemoteModel (lsp_server/backends/remote/model.py)
         self.model = model
-        self.engine = None
         self.problem: str | None = None  # kind of failure that began the current outage, None while healthy
         # ok: the engine answered (whether the suggestion then ran out, was cut by the stop rules, timed
         # out or was cancelled); errors: it failed. cancelled, stop_rule and time say how requests ended.
@@ -95,9 +95,9 @@ class RemoteGenerator:
         def on_piece(piece: str) -> bool:
             nonlocal text
             if cancel.is_set():  # checked here too, so a stream that keeps coming stops at once
-                raise _Stop("cancelled")
+                raise Stop("cancelled")
             if deadline is not None and time.monotonic() >= deadline:
-                raise _Stop("time")
+                raise Stop("time")
             if first[0] is None:
                 first[0] = time.perf_counter()
             pieces[0] += 1  # one event is one token on llama.cpp; vLLM may send several in one
@@ -113,7 +113,7 @@ class RemoteGenerator:
 
         self.counts["requests"] += 1
         self.in_flight += 1
-        req = _Request(self.model.endpoint, self.model.transport, cancel, deadline)
+        req = Request(self.model.endpoint, self.model.transport, cancel, deadline)
         notice = None
         outcome = "ok"
         try:
@@ -123,7 +123,7 @@ class RemoteGenerator:
                 self.counts["stop_rule"] += 1
         except _StopText:
             stats.stop_reason = "eos"
-        except _Stop as stop:
+        except Stop as stop:
             stats.stop_reason = str(stop)
             outcome = stats.stop_reason
             if stats.stop_reason == "time" and first[0] is None:
