@@ -92,11 +92,10 @@ def run(args) -> int:
         else:
             server.start_io(sys.stdin.buffer, sys.stdout.buffer)
     finally:
-        server.scheduler.close()  # sets the running generation's stop flag
-        server.scheduler.join(10)  # it ends within one decode step
+        server.service.close(timeout=10)  # sets the running generation's stop flag; it ends within one pass
     # LSP: exit code 0 after a shutdown request, 1 otherwise (pygls's own sys.exit(1) is
     # raised inside an event-loop callback and lost).
-    code = 0 if getattr(server.protocol, "_shutdown", False) else 1
+    code = 0 if server.protocol.shut_down else 1
     # Leave without interpreter finalization: a daemon thread still inside a torch call (a
     # model load cannot be interrupted) made finalization abort (SIGABRT, exit -6) when the
     # client went away mid-generation.

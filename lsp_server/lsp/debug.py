@@ -1,34 +1,40 @@
-"""Test hooks around every model pass: `debug_step_delay_ms`, `debug_notify_steps`,
-`debug_fail_forward`, and the count of passes begun for a request already cancelled
-(a mixin of DittoServer, lsp_server/lsp/server.py; the settings need `serve --debug-hooks`).
+"""Test hooks around every model pass (`DebugHooks`): `debug_step_delay_ms`, `debug_notify_steps` and
+`debug_fail_forward`. Installed as the engine's pass hooks (lsp_server/decoding/types.py `PassHooks`)
+only when the server runs as `ditto-lsp serve --debug-hooks` (lsp_server/lsp/loading.py); a
+production server's engine has none.
+
+Each pass arrives with the `RequestContext` of the work it is for (the document, idle or not, the
+cancel event), passed down by the Completer and the engine; nothing here is kept between passes.
+The settings are read at every pass, so a test changes them while the model runs.
+Left out on purpose: counting stale passes (the engine's `Stats.stale_passes`, summed by
+lsp_server/lsp/suggest.py for every server).
 """
 
 from __future__ import annotations
 
+from typing import Callable
+
+from lsp_server.decoding.types import RequestContext
+
 DEBUG_STEP = "ditto/debug/step"
 
 
-class DebugMixin:
-    def _before_step(self, n_tokens: int) -> None:
-        """On the worker, before every model pass: the debug hooks of the settings."""
-        s = self.settings
-        idle = self._idle_cancel
-        if idle is None and self._step_cancel is not None and self._step_cancel.is_set():
-            # A pass begun after the request was cancelled/superseded. One can race the
-            # engine's check of the flag; more than one per request means it is not checked.
-            self.counters.stale_passes += 1
-            n = self._stale_in_request[1] + 1 if self._stale_in_request[0] is self._step_cancel else 1
-            self._stale_in_request = (self._step_cancel, n)
-            self.counters.stale_passes_max = max(self.counters.stale_passes_max, n)
-        if s.debug_notify_steps and self.loop is not None:
-            params = {"uri": self._step_uri, "tokens": n_tokens, **({"idle": True} if idle is not None else {})}
-            self.loop.call_soon_threadsafe(self.protocol.notify, DEBUG_STEP, params)
-        wait_on = idle if idle is not None else self._step_cancel
-        if s.debug_step_delay_ms > 0 and wait_on is not None:
-            wait_on.wait(s.debug_step_delay_ms / 1000)
+class DebugHooks:
+    def __init__(self, settings: Callable[[], object], notify: Callable[[str, dict], None]):
+        self._settings = settings  # the server's live settings
+        self._notify = notify  # thread-safe: called on the worker
 
-    def _after_step(self, n_tokens: int) -> None:
-        """On the worker, after every model pass: the `debug_fail_forward` fault."""
-        if self.settings.debug_fail_forward:
+    def before_pass(self, ctx: RequestContext | None, rows: int) -> None:
+        """On the worker, before every model pass: notify the pass, then make it slow."""
+        s = self._settings()
+        idle = ctx is not None and ctx.idle
+        if s.debug_notify_steps:
+            self._notify(DEBUG_STEP, {"uri": ctx.key if ctx is not None else None, "tokens": rows,
+                                      **({"idle": True} if idle else {})})
+        if s.debug_step_delay_ms > 0 and ctx is not None and ctx.cancel is not None:
+            ctx.cancel.wait(s.debug_step_delay_ms / 1000)  # a cancelled request is not kept waiting
+
+    def after_pass(self, ctx: RequestContext | None, rows: int) -> None:
+        """On the worker, after every model pass (the KV cache holds its tokens): the simulated fault."""
+        if self._settings().debug_fail_forward:
             raise RuntimeError("out of memory (simulated by the debug_fail_forward setting)")
-

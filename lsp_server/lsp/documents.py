@@ -1,13 +1,20 @@
-"""The document session: the open documents, snapshots of them, and the drafter's view of them
-(a mixin of DittoServer, lsp_server/lsp/server.py).
+"""The document session (`DocumentSession`): the open documents, what the server keeps per document,
+owned snapshots of them, and the queue of their changes for the model worker.
+
+The texts and versions are pygls's (`workspace.text_documents`, kept in step by protocol.py's
+didChange, which applies edits with this session's line tables). Everything else per document
+is a `Document` here: its line table, where its newest snapshot window starts, its per-file
+state for the Completer (lsp_server/completion/files.py `FileState`: the prompt window and the
+place; handed to every Completer call for it, and gone when it closes), and the trace of its last
+suggestion. A snapshot is a copy: the worker never reads a document the event loop changes.
 
 Only documents the client opened are read: pygls's `workspace.get_text_document` would read
 any other URI from disk, so membership in `workspace.text_documents` is checked first.
 Positions arrive in the negotiated encoding (UTF-16 by default) and are turned into code
-points through pygls's position codec. Changes to the open buffers are queued (`mark_dirty`)
-and handed to the completer on the worker before the next completion; the drafter's index of
-them is brought up to date by idle work, a slice at a time (lsp_server/completion/buffers.py,
-`index_while_idle`), within the `index_memory_mb` budget.
+points through pygls's position codec. Changes to the open buffers are queued (`changed`)
+and handed to the Completer on the worker before the next completion (`sync`); the drafter's
+index of them is brought up to date by idle work, a slice at a time (lsp_server/lsp/idle.py,
+lsp_server/completion/buffers.py), within the `index_memory_mb` budget.
 
 Big documents (issue 26): a keystroke costs what the edit costs, not what the document does.
 Each document's line starts are kept in step with its edits (protocol.py `Lines`), and a
@@ -15,7 +22,7 @@ snapshot hands the completer not the whole text but a window of whole lines arou
 (`WindowText`, which knows its first line): enough for any prompt the budget allows (the lines
 above the cursor that the prompt window can reach, with room for it to follow its first lines,
 and the lines below), its edges on a grid of WINDOW_GRID lines so that they move rarely. Where
-the window's first line moves, the completer's prompt window is moved with it, so a prompt is
+the window's first line moves, the document's prompt window is moved with it (`FileState.shift`), so a prompt is
 the one the whole text would give. A document of up to a few thousand lines is its own window.
 """
 
@@ -24,14 +31,14 @@ from __future__ import annotations
 import logging
 import threading
 from dataclasses import dataclass
+from typing import Callable
 from urllib.parse import unquote
 
 from lsprotocol import types
 from pygls.uris import to_fs_path
 
-from lsp_server.completion.buffers import open_buffers
-from lsp_server.completion.completer import MAX_INDEXED_CHARS
 from lsp_server.completion.context import ContextBudget
+from lsp_server.completion.files import FileState
 from lsp_server.completion.head import SCAN_LINES
 from lsp_server.lsp.protocol import SURROGATE, Lines
 
@@ -58,110 +65,100 @@ class WindowText(str):
     head_text: str | None = None
 
 
-class _DocState:
-    """Per server, what the documents mixin keeps beside pygls's documents."""
+class Document:
+    """What the session keeps for one open document beside its text (module docstring)."""
+
+    __slots__ = ("lines", "first_line", "applied", "file", "trace")
 
     def __init__(self):
-        self.lines: dict[str, Lines] = {}  # document key -> its line starts
-        self.visits: set[str] = set()  # uris asked for since the worker last looked (re-index a dropped buffer)
-        self.first_line: dict[str, int] = {}  # uri -> first line of its newest snapshot window
-        self.applied: dict[str, int] = {}  # uri -> first line the completer's prompt window is counted from
-        self.lock = threading.Lock()
+        self.lines: Lines | None = None  # its line starts (protocol.py), in step with its text
+        self.first_line = 0  # first line of its newest snapshot window (event loop)
+        self.applied = 0  # first line its FileState's prompt window is counted from (worker)
+        self.file = FileState()  # the Completer's per-file state (worker only)
+        self.trace: dict | None = None  # its last suggestion, for `ditto/trace` (event loop)
 
 
-class DocumentsMixin:
-    """Documents, snapshots and the queue of buffer changes for the worker."""
+@dataclass
+class Changes:
+    """What changed since the worker last looked (`DocumentSession.take_changes`)."""
 
-    @property
-    def _docs(self) -> _DocState:
-        state = self.__dict__.get("_doc_state")
-        if state is None:
-            state = self.__dict__["_doc_state"] = _DocState()
-        return state
+    texts: dict[str, str | None]  # uri -> new text (None: closed)
+    accepted: list[tuple[str, str]]  # (uri, suggestion text) the user accepted
+    visits: set[str]  # uris asked for (re-index a dropped buffer)
+    moved: dict[str, tuple[Document, int]]  # uri -> (document, first line of its newest snapshot window)
 
-    def lines_of(self, uri: str, text: str) -> Lines:
-        """The line starts of an open document whose text is `text` (made again when it is not in step)."""
-        key = unquote(uri)
-        lines = self._docs.lines.get(key)
-        if lines is None or lines.text is not text:
-            lines = self._docs.lines[key] = Lines(text)
-        return lines
 
+class DocumentSession:
+    """The open documents (module docstring). `workspace` gives pygls's workspace (it exists once the
+    client initialized); `budget` the prompt budget a snapshot window must hold."""
+
+    def __init__(self, workspace: Callable[[], object], budget: Callable[[], ContextBudget]):
+        self._workspace = workspace
+        self._budget = budget
+        self._docs: dict[str, Document] = {}  # unquoted uri -> its Document
+        self._lock = threading.Lock()  # the change queue, shared by the event loop and the worker
+        self._texts: dict[str, str | None] = {}
+        self._accepted: list[tuple[str, str]] = []
+        self._visits: set[str] = set()
+
+    # -- the documents (event loop) --------------------------------------------------------
     def document(self, uri: str):
-        """The open document, or None; never reads from disk.
+        """The open document (pygls's: `.uri`, `.version`, `.source`), or None; never reads from disk.
 
         pygls keys its documents by the percent-decoded URI (`file:///a%20b.py` is stored
         as `file:///a b.py`), so look them up the same way.
         """
-        return self.workspace.text_documents.get(unquote(uri))
+        return self._workspace().text_documents.get(unquote(uri))
 
-    def mark_dirty(self, uri: str, text: str | None) -> None:
-        """Queue a buffer's new text (None: closed) for the worker, and idle work to index it."""
-        with self._dirty_lock:
-            self._dirty[uri] = text
+    def open_documents(self) -> dict:
+        """uri -> pygls document, of every open document."""
+        return self._workspace().text_documents
+
+    def _state(self, uri: str) -> Document:
+        key = unquote(uri)
+        doc = self._docs.get(key)
+        if doc is None:
+            doc = self._docs[key] = Document()
+        return doc
+
+    def state(self, uri: str) -> Document | None:
+        """The session's record of an open document (None when it is not open)."""
+        return self._state(uri) if self.document(uri) is not None else None
+
+    def file(self, uri: str) -> FileState | None:
+        """The per-file state the Completer uses for `uri` (None when it is not open)."""
+        doc = self.state(uri)
+        return None if doc is None else doc.file
+
+    def reset_files(self) -> None:
+        """A new model: every document's per-file state starts afresh (as the new Completer's would)."""
+        for doc in self._docs.values():
+            doc.file = FileState()
+
+    def lines_of(self, uri: str, text: str) -> Lines:
+        """The line starts of an open document whose text is `text` (made again when it is not in step)."""
+        doc = self._state(uri)
+        if doc.lines is None or doc.lines.text is not text:
+            doc.lines = Lines(text)
+        return doc.lines
+
+    def changed(self, uri: str, text: str | None) -> None:
+        """Queue a buffer's new text (None: closed) for the worker; a closed document's record goes."""
+        with self._lock:
+            self._texts[uri] = text
         if text is None:
-            self._docs.lines.pop(unquote(uri), None)
-            self._docs.first_line.pop(uri, None)
-        if self.completer is not None and self.model_state == "ready" and hasattr(self, "_schedule_idle"):
-            self._schedule_idle()
+            self._docs.pop(unquote(uri), None)
 
-    def _apply_dirty(self, completer) -> None:
-        """On the worker: bring the drafter's index up to date with the open buffers."""
-        docs = self._docs
-        with self._dirty_lock:
-            dirty, self._dirty = self._dirty, {}
-            accepted, self._accepted = self._accepted, []
-        with docs.lock:
-            visits, docs.visits = docs.visits, set()
-            moved = {u: f for u, f in docs.first_line.items() if docs.applied.get(u, 0) != f}
-        index = open_buffers(completer, MAX_INDEXED_CHARS)
-        index.defer = True  # indexing is idle work here (index_while_idle), never a request's
-        index.set_budget(int(self.settings.index_memory_mb) << 20)
-        for uri, text in dirty.items():
-            if text is None:
-                completer.forget_buffer(buffer_name(uri), cache_key=uri)
-                docs.applied.pop(uri, None)
-            else:
-                lines = docs.lines.get(unquote(uri))
-                clean = lines is not None and lines.text is text and lines.clean  # (model_text reads it all)
-                completer.set_buffer(buffer_name(uri), text if clean else model_text(text))
-        for uri in visits:
-            index.visit(buffer_name(uri))
-        for uri, first in moved.items():  # the snapshot window moved: its prompt window moves with it
-            window = getattr(completer, "_windows", {}).get(buffer_name(uri))
-            if window is not None and window.start is not None:
-                shift = docs.applied.get(uri, 0) - first
-                window.start = window.start + shift if window.start + shift >= 0 else None
-                if window.middle is not None and window.last_line is not None:  # the place moves with it
-                    middle, last = window.middle + shift, window.last_line + shift
-                    window.middle, window.last_line = (middle, last) if middle >= 0 else (None, None)
-            docs.applied[uri] = first
-        for uri, shown in accepted:
-            completer.accepted(shown, typed_after(self.document(uri), shown))
-        if dirty and index.pending() and getattr(self.scheduler, "_idle_running", None) is None \
-                and hasattr(self, "_schedule_idle"):
-            self._schedule_idle()  # (a request's job: the indexing goes on once it is answered)
+    def trace(self, uri: str) -> dict | None:
+        doc = self._docs.get(unquote(uri))
+        return None if doc is None else doc.trace
 
-    def index_stats(self) -> dict | None:
-        """The open buffers' index for `ditto/stats` (None before a model is loaded)."""
-        completer = self.completer
-        return None if completer is None else open_buffers(completer, MAX_INDEXED_CHARS).stats()
-
-    def index_while_idle(self, cancel: threading.Event, slices: int | None = None) -> int:
-        """Idle work (lsp_server/lsp/idle.py): index the open buffers a slice at a time until a request
-        (or newer idle work) sets `cancel`, or `slices` ran; returns the slices run. Cut short by a
-        request, it asks to go on later."""
-        completer = self.completer
-        if completer is None:
-            return 0
-        self._apply_dirty(completer)
-        index = open_buffers(completer, MAX_INDEXED_CHARS)
-        steps = 0
-        while not cancel.is_set() and (slices is None or steps < slices) and index.step():
-            steps += 1
-        if cancel.is_set() and index.pending() and hasattr(self, "_schedule_idle"):
-            self._schedule_idle()  # queued behind the request that stopped it (this job is the one running)
-        return steps
+    def keep_trace(self, uri: str, trace: dict) -> None:
+        """Keep the trace of `uri`'s last suggestion, on the event loop, while the document is open
+        (one closed while its request ran has no record left to write into)."""
+        doc = self.state(uri)
+        if doc is not None:
+            doc.trace = trace
 
     def note_change(self, uri: str, params) -> None:
         """A didChange that inserts exactly the last suggestion shown for `uri` is an acceptance.
@@ -169,15 +166,58 @@ class DocumentsMixin:
         It is queued and given to the Completer's history source (with the text typed
         after it by then) on the worker, before the next completion.
         """
-        shown = (self.traces.get(uri) or {}).get("text")
+        doc = self._docs.get(unquote(uri))
+        shown = (doc.trace or {}).get("text") if doc is not None else None
         if not shown or len(shown.strip()) < 2:
             return
         for change in params.content_changes:
             if getattr(change, "range", None) is not None and change.text and change.text.endswith(shown):
-                with self._dirty_lock:
+                with self._lock:
                     self._accepted.append((uri, shown))
-                self.traces[uri] = {**self.traces[uri], "text": None}  # one acceptance per suggestion
+                doc.trace = {**doc.trace, "text": None}  # one acceptance per suggestion
                 return
+
+    # -- the worker's view -------------------------------------------------------------------
+    def all_buffers(self) -> list[tuple[str, str]]:
+        """(name, text) of every open document, for a Completer being built; the queue of changes
+        starts afresh (what changes later is queued again)."""
+        with self._lock:
+            self._texts = {}
+            return [(buffer_name(uri), model_text(doc.source)) for uri, doc in self.open_documents().items()]
+
+    def take_changes(self) -> Changes:
+        """What changed since the last call (the worker applies it to the Completer: `sync`)."""
+        with self._lock:
+            texts, self._texts = self._texts, {}
+            accepted, self._accepted = self._accepted, []
+            visits, self._visits = self._visits, set()
+            moved = {u: (d, d.first_line) for u, d in self._docs.items() if d.applied != d.first_line}
+        return Changes(texts, accepted, visits, moved)
+
+    def sync(self, completer, index_budget_bytes: int) -> bool:
+        """On the worker: bring the Completer's open buffers (and the drafter's index of them) up to
+        date, move prompt windows with their snapshot windows, and hand it the accepted
+        suggestions. True when the index has work left for idle time."""
+        ch = self.take_changes()
+        index = completer.buffers
+        index.defer = True  # indexing is idle work here (idle.py), never a request's
+        index.set_budget(index_budget_bytes)
+        for uri, text in ch.texts.items():
+            if text is None:
+                completer.forget_buffer(buffer_name(uri), cache_key=uri)
+            else:
+                doc = self._docs.get(unquote(uri))
+                lines = doc.lines if doc is not None else None
+                clean = lines is not None and lines.text is text and lines.clean  # (model_text reads it all)
+                completer.set_buffer(buffer_name(uri), text if clean else model_text(text))
+        for uri in ch.visits:
+            index.visit(buffer_name(uri))
+        for doc, first in ch.moved.values():  # the snapshot window moved: its prompt window moves with it
+            doc.file.shift(first - doc.applied)
+            doc.applied = first
+        for uri, shown in ch.accepted:
+            completer.accepted(shown, typed_after(self.document(uri), shown))
+        return bool(ch.texts) and index.pending()
 
     # -- positions ---------------------------------------------------------------------------
     def snapshot(self, uri: str, position: types.Position) -> Snapshot | None:
@@ -196,23 +236,19 @@ class DocumentsMixin:
         if line.isascii():  # one unit a character in every encoding (pygls's codec walks the line)
             char = col = min(position.character, len(line))
         else:
-            codec = self.workspace.position_codec
+            codec = self._workspace().position_codec
             char = min(position.character, codec.client_num_units(line))
             col = codec.position_from_client_units([line], types.Position(line=0, character=char)).character
         clamped = types.Position(line=position.line, character=char)
         first, text = self._window(lines, position.line)
-        with self._docs.lock:
-            self._docs.visits.add(uri)
-            self._docs.first_line[uri] = first
+        with self._lock:
+            self._visits.add(uri)
+            self._state(uri).first_line = first
         return Snapshot(uri, doc.version, text, position.line - first, col, clamped)
 
     def _window(self, lines: Lines, line: int) -> tuple[int, str]:
         """(first line, WindowText) of the lines any prompt at `line` can read (module docstring)."""
-        # The current settings' budget; left to the machine, the loaded model's fitted one (the largest
-        # step, 2048, before a model is loaded: a window too wide costs a little text, not prompt tokens).
-        completer = self.completer
-        tokens = self.settings.context_tokens or (completer.fitted_tokens if completer is not None else 2048)
-        budget = ContextBudget.scaled(tokens, self.settings.snippets)
+        budget = self._budget()
         above = budget.above + 2 * budget.chunk_lines + 160  # + room to follow the window's first lines
         below = budget.below + 64
         nl, text = lines.nl, lines.text
@@ -232,8 +268,7 @@ class DocumentsMixin:
         """The client position of code point `col` of line `line` of `text` (a snapshot's window, or a text)."""
         line_text = text.split("\n")[line]
         return types.Position(line=line + getattr(text, "first_line", 0),
-                              character=self.workspace.position_codec.client_num_units(line_text[:col]))
-
+                              character=self._workspace().position_codec.client_num_units(line_text[:col]))
 
     def selected_range(self, snap: Snapshot, sel) -> tuple[int, int] | None:
         """(start, end) code-point columns of the selected completion's range, if it can be honoured."""
@@ -244,7 +279,7 @@ class DocumentsMixin:
             log.info("selectedCompletionInfo not on the cursor line: ignored")
             return None
         line_text = snap.text.split("\n")[snap.line].removesuffix("\r")
-        codec = self.workspace.position_codec
+        codec = self._workspace().position_codec
         start = codec.position_from_client_units([line_text], types.Position(0, min(r.start.character,
                                                                                    codec.client_num_units(line_text))))
         end = codec.position_from_client_units([line_text], types.Position(0, min(r.end.character,

@@ -1,5 +1,5 @@
-"""The server's one error path: how an error reaches the log, the user and the request's answer
-(a mixin of DittoServer, lsp_server/lsp/server.py).
+"""The server's one error path, and what its parts say to the client (`Client`): how an error
+reaches the log, the user and the request's answer; notifications and `$/progress`.
 
 - `fail(message, show=...)`: one log line (with the traceback when `exc` is an unexpected
   exception), and a `window/showMessage` when the user must act (a model that does not
@@ -21,7 +21,32 @@ from pygls.exceptions import FeatureRequestError
 log = logging.getLogger(__name__)
 
 
-class ErrorsMixin:
+class Client:
+    """The client as the server's parts see it (lsp_server/lsp/server.py builds one over pygls's
+    LanguageServer): they say things through it and never hold the server."""
+
+    def __init__(self, server):
+        self._server = server
+        self.loop = None  # the event loop, once the client initialized (handlers.py)
+
+    def notify(self, method: str, params) -> None:
+        """Send a notification (on the event loop)."""
+        self._server.protocol.notify(method, params)
+
+    def notify_threadsafe(self, method: str, params) -> None:
+        """Send a notification from the model worker (dropped before the loop exists)."""
+        if self.loop is not None:
+            self.loop.call_soon_threadsafe(self._server.protocol.notify, method, params)
+
+    def progress_supported(self) -> bool:
+        caps = self._server.client_capabilities
+        return bool(caps and caps.window and caps.window.work_done_progress)
+
+    @property
+    def progress(self):
+        """pygls's `work_done_progress` (create_async, begin, report, end)."""
+        return self._server.work_done_progress
+
     def fail(self, message: str, *, show: bool = False, exc: BaseException | None = None,
              logged: bool = False) -> None:
         """Log `message` once (unless the caller's own module `logged` it), with the traceback of
@@ -29,11 +54,12 @@ class ErrorsMixin:
         if not logged:
             log.error("%s", message, exc_info=exc)
         if show:
-            self.window_show_message(types.ShowMessageParams(type=types.MessageType.Error, message=message))
+            self._server.window_show_message(types.ShowMessageParams(type=types.MessageType.Error, message=message))
 
-    def report_server_error(self, error, source):
-        """pygls's hook for errors out of band. Its default shows every one to the user; log instead.
-        A failed request was already logged by pygls with its traceback: log it once, not twice."""
+    def report_server_error(self, error, source) -> None:
+        """pygls's hook for errors out of band (DittoServer passes it here). Its default shows every one
+        to the user; log instead. A failed request was already logged by pygls with its traceback:
+        log it once, not twice."""
         if source is FeatureRequestError:
             return
         self.fail(f"{getattr(source, '__name__', source)}: {error}")

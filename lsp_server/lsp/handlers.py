@@ -1,6 +1,6 @@
 """The LSP methods: one small function per method, registered by `register` (the only place
-that names them). Each snapshots what it needs and hands the work to the server
-(lsp_server/lsp/server.py and its mixins).
+that names them). Each is a thin call into the server's parts (lsp_server/lsp/server.py): the
+document session (`ls.documents`), the completion service (`ls.service`), the client (`ls.client`).
 
 - `textDocument/inlineCompletion` is registered WITH InlineCompletionOptions (else pygls
   2.1.1 does not advertise it); `textDocument/completion` is the fallback (one item).
@@ -42,51 +42,53 @@ def _get(obj, *names, default=None):
 
 
 def on_initialize(ls, params: types.InitializeParams):
-    ls.loop = asyncio.get_running_loop() if _has_loop() else None
+    ls.client.loop = asyncio.get_running_loop() if _has_loop() else None
     if params.initialization_options is not None:
         ls.apply_settings(params.initialization_options, "initializationOptions", load=False)
 
 def on_initialized(ls, params: types.InitializedParams):
-    ls.loop = asyncio.get_running_loop()
-    ls.request_load()
+    ls.client.loop = asyncio.get_running_loop()
+    ls.service.loader.request_load()
 
 def on_shutdown(ls, params):
-    ls.scheduler.close()
+    ls.service.close()
 
 def on_configuration(ls, params: types.DidChangeConfigurationParams):
     ls.apply_settings(params.settings, "workspace/didChangeConfiguration")
 
 def on_open(ls, params: types.DidOpenTextDocumentParams):
-    ls.mark_dirty(params.text_document.uri, params.text_document.text)
-    ls.aim(params.text_document.uri, types.Position(line=0, character=0))
+    ls.documents.changed(params.text_document.uri, params.text_document.text)
+    ls.service.idle.buffers_changed()
+    ls.service.idle.aim(params.text_document.uri, types.Position(line=0, character=0))
 
 def on_change(ls, params: types.DidChangeTextDocumentParams):
-    doc = ls.document(params.text_document.uri)
+    doc = ls.documents.document(params.text_document.uri)
     if doc is not None:
-        ls.mark_dirty(doc.uri, doc.source)
-        ls.note_change(params.text_document.uri, params)
+        ls.documents.changed(doc.uri, doc.source)
+        ls.service.idle.buffers_changed()
+        ls.documents.note_change(params.text_document.uri, params)
         end = edit_end(params.content_changes, ls.workspace.position_codec.client_num_units)
         if end is not None:
-            ls.aim(params.text_document.uri, end)
+            ls.service.idle.aim(params.text_document.uri, end)
 
 def on_cursor(ls, params):
     uri = _get(params, "textDocument", "uri")
     line, char = _get(params, "position", "line"), _get(params, "position", "character")
     if isinstance(uri, str) and isinstance(line, int) and isinstance(char, int) and line >= 0 and char >= 0:
-        ls.aim(uri, types.Position(line=line, character=char))
+        ls.service.idle.aim(uri, types.Position(line=line, character=char))
 
 def on_close(ls, params: types.DidCloseTextDocumentParams):
-    ls.mark_dirty(params.text_document.uri, None)
-    ls.traces.pop(params.text_document.uri, None)
-    ls._request_seq.pop(params.text_document.uri, None)
+    ls.documents.changed(params.text_document.uri, None)  # its record (trace, per-file state) goes
+    ls.service.closed(params.text_document.uri)
+    ls.service.idle.buffers_changed()
 
 async def inline_completion(ls, params: types.InlineCompletionParams):
-    snap = ls.snapshot(params.text_document.uri, params.position)
+    snap = ls.documents.snapshot(params.text_document.uri, params.position)
     if snap is None:
-        ls.counters.invalid += 1
+        ls.service.counters.invalid += 1
         return None
     sel = params.context.selected_completion_info if params.context else None
-    replace = ls.selected_range(snap, sel)
+    replace = ls.documents.selected_range(snap, sel)
     if replace is not None:
         start_col, end_col = replace
         line_text = snap.text.split("\n")[snap.line]
@@ -95,7 +97,7 @@ async def inline_completion(ls, params: types.InlineCompletionParams):
         lines[snap.line] = new_line
         snap = Snapshot(snap.uri, snap.version, "\n".join(lines), snap.line, start_col + len(sel.text),
                         snap.position)
-    text = await ls.suggest(snap)
+    text = await ls.service.suggest(snap, ls.settings)
     if not text:
         return None
     if replace is not None:
@@ -110,11 +112,11 @@ async def inline_completion(ls, params: types.InlineCompletionParams):
     return types.InlineCompletionList(items=items)
 
 async def completion(ls, params: types.CompletionParams):
-    snap = ls.snapshot(params.text_document.uri, params.position)
+    snap = ls.documents.snapshot(params.text_document.uri, params.position)
     if snap is None:
-        ls.counters.invalid += 1
+        ls.service.counters.invalid += 1
         return None
-    text = await ls.suggest(snap)
+    text = await ls.service.suggest(snap, ls.settings)
     if not text:
         return None
     line_text = snap.text.split("\n")[snap.line]
@@ -123,7 +125,7 @@ async def completion(ls, params: types.CompletionParams):
         start -= 1
     word = line_text[start:snap.col]
     first = text.split("\n", 1)[0]
-    edit_range = types.Range(start=ls.to_client(snap.text, snap.line, start), end=snap.position)
+    edit_range = types.Range(start=ls.documents.to_client(snap.text, snap.line, start), end=snap.position)
     item = types.CompletionItem(
         label=first if first.strip() else text.strip().split("\n", 1)[0],
         kind=types.CompletionItemKind.Text,
@@ -145,7 +147,7 @@ def trace(ls, params):
         raise JsonRpcInvalidParams("ditto/trace: uri must be a string")
     if uri is None:
         return None
-    return ls.traces.get(uri)
+    return ls.documents.trace(uri)
 
 def debug_document(ls, params):
     if not ls.settings.debug_documents:
@@ -153,7 +155,7 @@ def debug_document(ls, params):
     uri = _get(params, "uri")
     if not isinstance(uri, str):
         raise JsonRpcInvalidParams(f"{DEBUG_DOCUMENT}: uri must be a string")
-    doc = ls.document(uri)
+    doc = ls.documents.document(uri)
     return None if doc is None else {"uri": uri, "version": doc.version, "text": doc.source}
 
 
@@ -163,10 +165,7 @@ async def debug_check_place(ls, params):
     uri = _get(params, "uri")
     if not isinstance(uri, str):
         raise JsonRpcInvalidParams(f"{DEBUG_CHECK_PLACE}: uri must be a string")
-    completer = ls.completer
-    if completer is None or completer.engine is None:
-        return None
-    return await ls.scheduler.run(None, lambda cancel: completer.check_place(uri))
+    return await ls.service.check_place(uri)
 
 
 def register(server) -> None:

@@ -1,5 +1,5 @@
-"""Idle work: while the user pauses, the worker does first what the next request needs (a mixin of
-DittoServer, lsp_server/lsp/server.py; docs/design.md, "Prompt layout and windows").
+"""Idle work (`IdleWork`): while the user pauses, the worker does first what the next request needs
+(docs/design.md, "Prompt layout and windows").
 
 In order (after one slice of indexing, so that it goes on however often requests stop the rest):
 1. finish the suggestion answered at its deadline (lsp_server/completion/completer.py `Place`),
@@ -10,24 +10,30 @@ In order (after one slice of indexing, so that it goes on however often requests
    ends that generation (it could serve no request there) instead of leaving the pause idle.
    Then generate the suggestion there, up to its first complete line (`Completer.ahead`), and
    go on as with 1: a request there is answered from it, or resumes it where it stopped.
-3. index the open buffers for the drafter, a slice at a time (lsp_server/lsp/documents.py
-   `index_while_idle`; a request waits for at most one slice), only while a draft could pay
+3. index the open buffers for the drafter, a slice at a time (`index`; a request waits for at
+   most one slice), only while a draft could pay
    (lsp_server/completion/completer.py `index_wanted`).
 
 Every request stops idle work after one model pass or prefill chunk and goes on from what it
-did; `ditto/stats` counts the runs and the requests each served.
+did; `ditto/stats` counts the runs and the requests each served. Each piece of model work names
+itself to the engine's hooks as idle (`RequestContext(idle=True)`).
 """
 
 from __future__ import annotations
 
 import threading
+from typing import Callable
 
 from lsprotocol import types
 
-from lsp_server.lsp.documents import Snapshot, buffer_name, model_text
+from lsp_server.decoding.types import RequestContext
+from lsp_server.lsp.documents import DocumentSession, Snapshot, buffer_name, model_text
+from lsp_server.lsp.loading import ModelLoader
+from lsp_server.lsp.scheduler import Scheduler
+from lsp_server.lsp.stats import Counters
 
 
-class IdleMixin:
+class IdleWork:
     IDLE_CHUNK = 32  # tokens per idle prefill pass: a request waits at most one such pass (~0.35 s on one CPU core)
     # Idle work starts this long after the event that aimed it (lsp_server/lsp/scheduler.py `idle`):
     # editors send a request right after the edit, and one that found an idle chunk begun for
@@ -35,6 +41,18 @@ class IdleMixin:
     # replays, docs/perf/README.md 2026-12-04). A pause the user makes is far longer.
     IDLE_SETTLE_S = 0.05
 
+    def __init__(self, scheduler: Scheduler, documents: DocumentSession, loader: ModelLoader, counters: Counters,
+                 settings: Callable[[], object]):
+        self.scheduler = scheduler
+        self.documents = documents
+        self.loader = loader
+        self.counters = counters
+        self._settings = settings  # the server's live settings
+        self._aim: Snapshot | None = None  # where the user is: what idle prefill warms
+        self._continue_uri: str | None = None  # a suggestion answered at its deadline, to finish while idle
+        self._warmed: set[str] = set()  # uris warmed by an idle prefill since their last request
+
+    # -- on the event loop -----------------------------------------------------------------
     def aim(self, uri: str, position: types.Position) -> None:
         """Prefill, while the worker is idle, the prompt of a request at `position` of `uri`.
 
@@ -43,13 +61,18 @@ class IdleMixin:
         plugins. The newest aim replaces the older one; a request stops it after one chunk
         and continues from what it prefilled (docs/design.md, "Prompt layout and windows").
         """
-        if self.model_state != "ready" or self.completer is None:
+        if not self.loader.ready:
             return
-        snap = self.snapshot(uri, position)
+        snap = self.documents.snapshot(uri, position)
         if snap is None:
             return
         self._aim = snap
-        self._schedule_idle()
+        self.schedule()
+
+    def buffers_changed(self) -> None:
+        """An open buffer changed: index it while idle."""
+        if self.loader.ready:
+            self.schedule()
 
     def request_made(self) -> None:
         """A request came: an aim made before it is where the user was, and the request prefills
@@ -60,79 +83,110 @@ class IdleMixin:
     def continue_later(self, uri: str) -> None:
         """The suggestion answered for `uri` paused at its deadline: finish it while idle."""
         self._continue_uri = uri
-        self._schedule_idle()
+        self.schedule()
 
-    def _schedule_idle(self) -> None:
-        self.scheduler.idle(self._idle_work, after_s=self.IDLE_SETTLE_S)
+    def forget(self, uri: str) -> None:
+        """`uri` closed."""
+        self._warmed.discard(uri)
 
-    def _idle_work(self, cancel: threading.Event) -> None:
-        completer = self.completer
-        if completer is None or completer.engine is None or cancel.is_set():
+    def schedule(self) -> None:
+        self.scheduler.idle(self._work, after_s=self.IDLE_SETTLE_S)
+
+    # -- on the worker -----------------------------------------------------------------------
+    def took_warm(self, uri: str) -> bool:
+        """Whether an idle prefill ran for `uri` since its last request (and now it has been used)."""
+        warmed = uri in self._warmed
+        self._warmed.discard(uri)
+        return warmed
+
+    def sync(self, completer) -> None:
+        """Bring the Completer's open buffers up to date (documents.py `sync`); indexing left over goes
+        on while idle (queued behind the request that runs now; not from inside idle work itself)."""
+        pending = self.documents.sync(completer, int(self._settings().index_memory_mb) << 20)
+        if pending and not self.scheduler.idle_running:
+            self.schedule()
+
+    def index(self, cancel: threading.Event, slices: int | None = None) -> int:
+        """Index the open buffers a slice at a time until a request (or newer idle work) sets `cancel`,
+        or `slices` ran; returns the slices run. Cut short by a request, it asks to go on later."""
+        completer = self.loader.completer
+        if completer is None:
+            return 0
+        self.sync(completer)
+        index = completer.buffers
+        steps = 0
+        while not cancel.is_set() and (slices is None or steps < slices) and index.step():
+            steps += 1
+        if cancel.is_set() and index.pending():
+            self.schedule()  # queued behind the request that stopped it (this job is the one running)
+        return steps
+
+    def _work(self, cancel: threading.Event) -> None:
+        completer = self.loader.completer
+        if completer is None or not completer.generator.resumable or cancel.is_set():
             return  # (no engine: a remote one, which keeps its own prefix cache and generates on its own)
-        self.index_while_idle(cancel, slices=1)  # tens of milliseconds; the model work below takes passes
+        self.index(cancel, slices=1)  # tens of milliseconds; the model work below takes passes
         uri, aim = self._continue_uri, self._aim
-        if uri is not None and completer.pending(uri) and (aim is None or aim.uri != uri or self._fits(aim)):
-            self._idle_cancel, self._step_uri = cancel, uri
-            try:
-                ran = completer.continue_place(uri, cancel)
-            finally:
-                self._idle_cancel = self._step_uri = None
+        file = self.documents.file(uri) if uri is not None else None
+        if uri is not None and completer.pending(uri, file) and (aim is None or aim.uri != uri or self._fits(aim)):
+            ran = completer.continue_place(uri, cancel, file=file, ctx=RequestContext(uri, True, cancel))
             self.counters.idle_continuations += int(ran)
             if cancel.is_set():
                 return  # a request came: it goes on from here
         self._continue_uri = None
-        if aim is not None and self.settings.idle_prefill and self._warm(aim, cancel):
+        if aim is not None and self._settings().idle_prefill and self._warm(aim, cancel):
             self._ahead(aim, cancel)
-        self.index_while_idle(cancel)
+        self.index(cancel)
 
     def _fits(self, snap: Snapshot) -> bool:
         """Whether the suggestion being finished at `snap.uri` still fits the document there."""
-        return self.completer.place_fits(snap.uri, model_text(snap.text), snap.line, snap.col)
+        return self.loader.completer.place_fits(snap.uri, model_text(snap.text), snap.line, snap.col,
+                                                file=self.documents.file(snap.uri))
 
     def _warm(self, snap: Snapshot, cancel: threading.Event) -> bool:
         """Prefill the prompt at `snap` (at line 1 of a document with nothing cached, the file's head:
         Completer.warm); True when that prefill ran to its end (not stopped or skipped)."""
-        completer = self.completer
-        if completer is None or completer.engine is None or cancel.is_set():
+        completer = self.loader.completer
+        if completer is None or not completer.generator.resumable or cancel.is_set():
             return False
-        doc = self.document(snap.uri)
-        if doc is None or doc.version != snap.version:
+        doc = self.documents.document(snap.uri)
+        file = self.documents.file(snap.uri)
+        if doc is None or doc.version != snap.version or file is None:
             return False  # the document moved on; a newer aim follows
-        if completer.pending(snap.uri) and self._fits(snap):
+        if completer.pending(snap.uri, file) and self._fits(snap):
             return False  # prefilling here would end the paused generation (the request there resumes it)
         # A paused generation the user typed past (its text is not what was typed) can serve no
         # request: warming the new prompt ends it and keeps its prompt's cache for the new one.
-        self._apply_dirty(completer)
-        completer.settings = self.settings.completer_settings()
-        self._idle_cancel, self._step_uri = cancel, snap.uri
-        try:
-            st = completer.warm(model_text(snap.text), snap.line, snap.col, name=buffer_name(snap.uri),
-                                cache_key=snap.uri, cancel=cancel, chunk=self.IDLE_CHUNK)
-        finally:
-            self._idle_cancel = self._step_uri = None
+        self.sync(completer)
+        st = completer.warm(model_text(snap.text), snap.line, snap.col, name=buffer_name(snap.uri),
+                            cache_key=snap.uri, cancel=cancel, chunk=self.IDLE_CHUNK,
+                            settings=self._settings().completer_settings(), file=file,
+                            ctx=RequestContext(snap.uri, True, cancel))
         c = self.counters
         c.idle_prefills += 1
         c.idle_prefill_tokens += st.prefill_tokens
         c.idle_prefills_stopped += int(st.stop_reason == "cancelled")
         if self._aim is snap and st.stop_reason != "cancelled":
             self._aim = None  # done: nothing more to warm until the next aim
-        self._warmed[snap.uri] = True
+        self._warmed.add(snap.uri)
         return st.stop_reason != "cancelled"
 
     def _ahead(self, snap: Snapshot, cancel: threading.Event) -> None:
         """Generate the suggestion at `snap` (its prompt is cached) until its first line is complete or
         a request comes; finish it later like a suggestion answered at its deadline."""
-        completer = self.completer
+        completer = self.loader.completer
         if self._aim is not None and self._aim is not snap:
             return  # aimed elsewhere since: warm there first
-        self._idle_cancel, self._step_uri = cancel, snap.uri
-        try:
-            kept = completer.ahead(model_text(snap.text), snap.line, snap.col, name=buffer_name(snap.uri),
-                                   options=self.settings.decode_options(), cache_key=snap.uri, hold=cancel)
-        finally:
-            self._idle_cancel = self._step_uri = None
+        file = self.documents.file(snap.uri)
+        if file is None:
+            return  # closed meanwhile
+        settings = self._settings()
+        kept = completer.ahead(model_text(snap.text), snap.line, snap.col, name=buffer_name(snap.uri),
+                               options=settings.decode_options(), cache_key=snap.uri, hold=cancel,
+                               settings=settings.completer_settings(), file=file,
+                               ctx=RequestContext(snap.uri, True, cancel))
         self.counters.idle_ahead += int(kept)
-        if kept and completer.pending(snap.uri):
+        if kept and completer.pending(snap.uri, file):
             if cancel.is_set():
                 self._continue_uri = snap.uri  # for the idle work after what stopped this one (a keystroke)
             else:

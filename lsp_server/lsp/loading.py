@@ -1,6 +1,5 @@
-"""The model's life in the server: loading in the background with `$/progress`, requests that
-wait for it, failures shown once, and `ditto/modelReady` (a mixin of DittoServer,
-lsp_server/lsp/server.py).
+"""The model's life in the server (`ModelLoader`): loading in the background with `$/progress`,
+requests that wait for it, failures shown once, and `ditto/modelReady`.
 
 A completion request made while the model loads waits for it (the newest per document: an
 older one waiting for the same document gets `None` at once; `$/cancelRequest` cancels a
@@ -9,20 +8,27 @@ the first suggestion needs no second keystroke. When the load is done the server
 notification `ditto/modelReady` `{"model": spec}`, for editors that drop answers that come
 late (the plugins re-ask once). A failure answers the waiting requests `None`, is shown once
 (`window/showMessage`) and logged; a settings change to a loadable model recovers.
+
+The loaded model's Completer is `completer` (None until a load succeeds); the engine under it
+carries the debug hooks only when the server runs with `--debug-hooks` (lsp_server/lsp/debug.py).
+Left out on purpose: what a request does with the model (lsp_server/lsp/suggest.py).
 """
 
 from __future__ import annotations
 
 import asyncio
+import itertools
 import logging
 import threading
 import time
+from typing import Callable
 
 from lsprotocol import types
 
 from lsp_server.backends.base import ModelError
-from lsp_server.lsp.documents import buffer_name, model_text
-from lsp_server.lsp.scheduler import StepHook
+from lsp_server.lsp.documents import DocumentSession
+from lsp_server.lsp.errors import Client
+from lsp_server.lsp.scheduler import Scheduler
 from lsp_server.settings import Settings
 
 log = logging.getLogger(__name__)
@@ -30,39 +36,75 @@ log = logging.getLogger(__name__)
 MODEL_READY = "ditto/modelReady"
 
 
-class LifecycleMixin:
+class ModelLoader:
+    def __init__(self, scheduler: Scheduler, documents: DocumentSession, client: Client,
+                 settings: Callable[[], Settings], hooks=None):
+        self.scheduler = scheduler
+        self.documents = documents
+        self.client = client
+        self._settings = settings  # the server's live settings
+        self.hooks = hooks  # the engine's pass hooks (debug.py), None in production
+        self.completer = None  # lsp_server.completion.completer.Completer once a model is loaded
+        self.state = "not loaded"  # not loaded | loading | ready | failed
+        self.error: str | None = None
+        self.info: dict = {}
+        self._loaded_key: tuple | None = None
+        self._seq = itertools.count(1)
+        self._wanted = 0
+        # Requests waiting for the model: uri -> future of the newest one, resolved with the load's
+        # outcome ("ready" | "failed" | "stopped") or "superseded".
+        self._waiting: dict[str, asyncio.Future] = {}
+        self._newest: dict[str, int] = {}  # uri -> number of its newest completion request
+        self.waited = 0  # requests that arrived while the model loaded, and waited for it
+
+    @property
+    def ready(self) -> bool:
+        return self.state == "ready" and self.completer is not None
+
+    @property
+    def waiting(self) -> int:
+        """Requests waiting for the load now."""
+        return sum(not f.done() for f in self._waiting.values())
+
     # -- model loading --------------------------------------------------------------------
     def request_load(self) -> None:
         """Load the model of the current settings in the background (no-op if loaded)."""
-        if self._loaded_key == self.settings.model_key() and self.model_state in ("ready", "loading"):
+        settings = self._settings()
+        if self._loaded_key == settings.model_key() and self.state in ("ready", "loading"):
             return
-        seq = next(self._load_seq)
-        self._load_wanted = seq
-        self.model_state = "loading"
-        self._loaded_key = self.settings.model_key()
-        asyncio.ensure_future(self._load(seq, self.settings))
+        seq = next(self._seq)
+        self._wanted = seq
+        self.state = "loading"
+        self._loaded_key = settings.model_key()
+        asyncio.ensure_future(self._load(seq, settings))
+
+    def settings_changed(self, old: Settings, new: Settings) -> None:
+        """Load again when the model settings changed, or the last load failed."""
+        if new.model_key() != old.model_key() or self.state == "failed":
+            self.request_load()
 
     async def _load(self, seq: int, settings: Settings) -> None:
         token = f"ditto-load-{seq}"
-        progress = self._progress_supported()
+        client = self.client
+        progress = client.progress_supported()
         if progress:
             try:
-                await self.work_done_progress.create_async(token)
+                await client.progress.create_async(token)
             except Exception as err:  # the client refused: load without progress
                 log.warning("window/workDoneProgress/create failed: %s", err)
                 progress = False
         if progress:
-            self.work_done_progress.begin(token, types.WorkDoneProgressBegin(
+            client.progress.begin(token, types.WorkDoneProgressBegin(
                 title="Ditto", message=f"loading model {settings.model}", percentage=0))
         loop = asyncio.get_running_loop()
 
         def report(msg: str, frac) -> None:
             if progress:
                 pct = None if frac is None else max(0, min(100, int(frac * 100)))
-                self.work_done_progress.report(token, types.WorkDoneProgressReport(message=msg, percentage=pct))
+                client.progress.report(token, types.WorkDoneProgressReport(message=msg, percentage=pct))
 
         def job(cancel: threading.Event):
-            if seq != self._load_wanted:
+            if seq != self._wanted:
                 return None  # a newer load was asked for meanwhile
             if not self._debug_load_delay(seq, cancel):
                 return None
@@ -75,44 +117,44 @@ class LifecycleMixin:
                       trust_remote_code=settings.trust_remote_code, backend=settings.backend,
                       remote=settings.remote,
                       progress=lambda msg, frac: loop.call_soon_threadsafe(report, msg, frac))
-            with self._dirty_lock:  # every open document now; what changes later is queued again
-                self._dirty = {}
-                buffers = [(buffer_name(uri), model_text(doc.source)) for uri, doc in self.workspace.text_documents.items()]
-            # Pass costs measured afresh at every load (on a plain engine, without the step hooks).
-            completer = build_completer(lm, self.settings.completer_settings(), calibration="fresh", buffers=buffers,
-                                        engine=Engine(StepHook(lm, self._before_step, self._after_step)))
-            self._apply_dirty(completer)  # accepted completions, and changes made while it was built
+            buffers = self.documents.all_buffers()  # every open document now; what changes later is queued again
+            # Pass costs measured afresh at every load (build.py: on a plain engine, without the hooks).
+            live = self._settings()
+            completer = build_completer(lm, live.completer_settings(), calibration="fresh", buffers=buffers,
+                                        engine=Engine(lm, hooks=self.hooks))
+            self.documents.reset_files()  # prompt windows and places were the old model's
+            self.documents.sync(completer, int(live.index_memory_mb) << 20)  # changes made while it was built
             self.completer = completer
             return lm
 
         try:
             lm = await self.scheduler.run(None, job)
         except Exception as err:
-            if seq == self._load_wanted:
-                self.model_state = "failed"
-                self.model_error = str(err).splitlines()[0] if str(err) else type(err).__name__
+            if seq == self._wanted:
+                self.state = "failed"
+                self.error = str(err).splitlines()[0] if str(err) else type(err).__name__
                 self._loaded_key = None
-                msg = f"Ditto: could not load model {settings.model!r}: {self.model_error}"
+                msg = f"Ditto: could not load model {settings.model!r}: {self.error}"
                 # A ModelError is one line saying what to do; anything else is a bug: its traceback is logged.
-                self.fail(msg, show=True, exc=None if isinstance(err, ModelError) else err)
-                self._settle_waiting("failed")
+                client.fail(msg, show=True, exc=None if isinstance(err, ModelError) else err)
+                self._settle("failed")
             if progress:
-                self.work_done_progress.end(token, types.WorkDoneProgressEnd(message="failed"))
+                client.progress.end(token, types.WorkDoneProgressEnd(message="failed"))
             return
         if progress:
-            self.work_done_progress.end(token, types.WorkDoneProgressEnd(message="ready" if lm else "skipped"))
-        if seq != self._load_wanted:
+            client.progress.end(token, types.WorkDoneProgressEnd(message="ready" if lm else "skipped"))
+        if seq != self._wanted:
             return  # a newer load answers the waiting requests
         if lm is None:
-            self._settle_waiting("stopped")  # the worker was stopped during the load
+            self._settle("stopped")  # the worker was stopped during the load
             return
-        self.model_state = "ready"
-        self.model_error = None
-        self.model_info = {"model": lm.spec, "name": lm.name, **lm.describe(), "load_seconds": round(lm.load_seconds, 2)}
-        log.info("model %s ready on %s (%s) in %.1f s", lm.spec, self.model_info["device"], self.model_info["backend"],
+        self.state = "ready"
+        self.error = None
+        self.info = {"model": lm.spec, "name": lm.name, **lm.describe(), "load_seconds": round(lm.load_seconds, 2)}
+        log.info("model %s ready on %s (%s) in %.1f s", lm.spec, self.info["device"], self.info["backend"],
                  lm.load_seconds)
-        self.protocol.notify(MODEL_READY, {"model": lm.spec})
-        self._settle_waiting("ready")
+        client.notify(MODEL_READY, {"model": lm.spec})
+        self._settle("ready")
 
     def _debug_load_delay(self, seq: int, cancel: threading.Event) -> bool:
         """On the worker, before a load: the `debug_load_delay_s` hook (tests make loading slow).
@@ -121,41 +163,49 @@ class LifecycleMixin:
         to 0. False when the worker stops or a newer load is asked for meanwhile.
         """
         t0 = time.monotonic()
-        while (left := self.settings.debug_load_delay_s - (time.monotonic() - t0)) > 0:
-            if seq != self._load_wanted or cancel.wait(min(left, 0.05)):
+        while (left := self._settings().debug_load_delay_s - (time.monotonic() - t0)) > 0:
+            if seq != self._wanted or cancel.wait(min(left, 0.05)):
                 return False
         return True
 
     # -- requests made while the model loads -----------------------------------------------
-    async def _wait_for_model(self, uri: str, seq: int) -> str:
+    def arrived(self, uri: str) -> int:
+        """A completion request for `uri` arrived: its number. An older one still waiting for the
+        model is answered "superseded" (even when this one need not wait)."""
+        seq = self._newest[uri] = self._newest.get(uri, 0) + 1
+        older = self._waiting.get(uri)
+        if older is not None and not older.done():
+            older.set_result("superseded")
+        return seq
+
+    def forget(self, uri: str) -> None:
+        """`uri` closed."""
+        self._newest.pop(uri, None)
+
+    async def wait(self, uri: str, seq: int) -> str:
         """Wait for the load under way: "ready" | "failed" | "stopped" | "superseded" | "timeout".
 
-        Only the newest request per document waits: `suggest` answers an older one
-        "superseded" at once, and so is one that was woken but overtaken by a newer request
-        (`seq` is no longer the document's newest) before it ran.
+        Only the newest request per document waits (`arrived`), and one that was woken but
+        overtaken by a newer request (`seq` is no longer the document's newest) before it ran is
+        "superseded" too.
         """
         fut = asyncio.get_running_loop().create_future()
         self._waiting[uri] = fut
-        self.counters.waited += 1
+        self.waited += 1
         try:
-            outcome = await asyncio.wait_for(fut, self.settings.load_wait_s)
+            outcome = await asyncio.wait_for(fut, self._settings().load_wait_s)
         except asyncio.TimeoutError:
             outcome = "timeout"
         finally:
             if self._waiting.get(uri) is fut:
                 del self._waiting[uri]
-        if outcome == "ready" and self._request_seq.get(uri) != seq:
+        if outcome == "ready" and self._newest.get(uri) != seq:
             outcome = "superseded"
         return outcome
 
-    def _settle_waiting(self, outcome: str) -> None:
+    def _settle(self, outcome: str) -> None:
         """Answer every request waiting for the model with the load's outcome."""
         waiting, self._waiting = self._waiting, {}
         for fut in waiting.values():
             if not fut.done():
                 fut.set_result(outcome)
-
-    def _progress_supported(self) -> bool:
-        caps = self.client_capabilities
-        return bool(caps and caps.window and caps.window.work_done_progress)
-

@@ -2,7 +2,8 @@
 
 - Requests whose params fail to deserialise get InvalidParams (pygls 2.1.1 sends no reply at
   all), a message with an id but neither a method nor a result gets InvalidRequest, requests
-  after `shutdown` or before `initialize` get an error instead of running.
+  after `shutdown` or before `initialize` get an error instead of running, and so does a second
+  `initialize` (pygls 2.1.1 would make a new workspace and drop every open document).
 - Incremental edits are applied here, not by pygls (whose 2.1.1 code splits lines on
   Unicode separators like \x0c and \u2028 that the client does not count, drops the last
   character for a column past the end of the last line, and garbles reversed ranges).
@@ -48,7 +49,23 @@ class _Answered:
 
 
 class DittoProtocol(LanguageServerProtocol):
-    """Answers requests whose params fail to deserialise with InvalidParams."""
+    """pygls's protocol with the fixes of the module docstring. pygls's own state is read here only
+    (`_workspace`, `_shutdown`, `_request_futures`, `_server`), and offered to the rest of the
+    server through the public properties below."""
+
+    @property
+    def initialized(self) -> bool:
+        """The client sent `initialize` (the workspace exists)."""
+        return self._workspace is not None
+
+    @property
+    def shut_down(self) -> bool:
+        """The client sent `shutdown` (serve.py: exit code 0)."""
+        return bool(self._shutdown)
+
+    @property
+    def requests_under_way(self) -> int:
+        return len(self._request_futures)
 
     def structure_message(self, data: dict[str, Any]):
         try:
@@ -89,6 +106,11 @@ class DittoProtocol(LanguageServerProtocol):
                 self._send_response(msg_id, error=ResponseError(
                     code=JsonRpcServerNotInitialized.CODE, message=f"{method}: the server is not initialized"))
                 return
+            if self._workspace is not None and method == types.INITIALIZE:
+                log.warning("a second initialize request: refused (the open documents stay)")
+                self._send_response(msg_id, error=ResponseError(
+                    code=JsonRpcInvalidRequest.CODE, message="initialize: the server is already initialized"))
+                return
         super().handle_message(message)
 
     @lsp_method(types.TEXT_DOCUMENT_DID_CHANGE)
@@ -101,13 +123,14 @@ class DittoProtocol(LanguageServerProtocol):
             return
         text = doc.source
         units = self.workspace.position_codec.client_num_units
-        lines = self._server.lines_of(doc.uri, text)
+        documents = self._server.documents  # the document session (documents.py)
+        lines = documents.lines_of(doc.uri, text)
         for change in params.content_changes:
             if isinstance(change, types.TextDocumentContentChangePartial):
                 text = lines.apply(change.range, change.text, units)
             else:
                 text = change.text
-                lines = self._server.lines_of(doc.uri, text)
+                lines = documents.lines_of(doc.uri, text)
         self.workspace.update_text_document(
             params.text_document, types.TextDocumentContentChangeWholeDocument(text=text))
         if (user_handler := self.fm.features.get(types.TEXT_DOCUMENT_DID_CHANGE)) is not None:

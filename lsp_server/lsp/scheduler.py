@@ -21,9 +21,6 @@ a chunk begun in between (about half a second on one CPU core) would make the re
 for work at a place the user just left.
 Idle jobs are not counted as pending or busy.
 
-Also here: `StepHook`, a thin wrapper around a loaded model whose `forward` calls hooks
-before and after every pass, used for the `debug_step_delay_ms` / `debug_notify_steps` /
-`debug_fail_forward` settings.
 Left out on purpose: LSP types, what a job computes.
 """
 
@@ -90,6 +87,12 @@ class Scheduler:
         """True while idle work is queued or running (it is not counted as busy: a request stops it)."""
         with self._lock:
             return self._idle is not None or self._idle_running is not None
+
+    @property
+    def idle_running(self) -> bool:
+        """True while idle work runs (asked from inside it: it is the job on the worker)."""
+        with self._lock:
+            return self._idle_running is not None
 
     @property
     def pending(self) -> int:
@@ -239,27 +242,3 @@ class Scheduler:
                 self._idle_running = None
                 if job.cancel.is_set():
                     self.idle_cancelled += 1
-
-
-class StepHook:
-    """Wraps a loaded model; `before_step()` runs before every forward pass.
-
-    Every other attribute is the wrapped model's, so the engine uses it unchanged.
-    """
-
-    def __init__(self, lm, before_step: Callable[[int], None] | None = None,
-                 after_step: Callable[[int], None] | None = None):
-        self._lm = lm
-        self.before_step = before_step
-        self.after_step = after_step  # runs after the pass (the KV cache already holds its tokens)
-
-    def forward(self, ids, cache, last: int):
-        if self.before_step is not None:
-            self.before_step(len(ids))
-        out = self._lm.forward(ids, cache, last=last)
-        if self.after_step is not None:
-            self.after_step(len(ids))
-        return out
-
-    def __getattr__(self, name):
-        return getattr(self._lm, name)

@@ -1,25 +1,21 @@
 """The language server: LSP in, ghost-text suggestions out. Only lsp_server/lsp/ imports pygls.
 
-`DittoServer` is one object whose concerns live in one module each:
+`DittoServer` is pygls's LanguageServer plus the parts it owns, each an object with its own state:
 
-| concern | module |
-|---|---|
-| pygls workarounds (invalid params, incremental edits) | protocol.py |
-| the LSP methods, one function each | handlers.py |
-| open documents, snapshots, the drafter's view of them | documents.py |
-| a completion request: waiting, the worker, stale results, traces | suggest.py |
-| the model's life: loading, `$/progress`, waiting requests | lifecycle.py |
-| idle prefill | idle.py |
-| counters and `ditto/stats` | stats.py |
-| test hooks around model passes | debug.py |
-| the one error path (log, `window/showMessage`) | errors.py |
-| the model worker thread (newest request per document wins) | scheduler.py |
+| part | module | owns |
+|---|---|---|
+| `documents`: the document session | documents.py | open documents, line tables, per-file state, traces, snapshots, the change queue |
+| `service`: the completion service | suggest.py | the model worker (scheduler.py), loading (loading.py), idle work (idle.py), counters (stats.py) |
+| `client`: what the parts say to the client | errors.py | the one error path, notifications, `$/progress` |
+| the LSP methods, one function each | handlers.py | nothing: thin calls into the parts |
+| pygls workarounds (invalid params, edits, a second `initialize`) | protocol.py | the wire |
 
-The model runs on the scheduler's single worker thread; handlers snapshot (uri, version,
-text, position), await the worker, and drop a result whose document version changed
-meanwhile. `$/cancelRequest` and newer requests for the same document set the engine's
-stop flag. Settings come from `initializationOptions` and `workspace/didChangeConfiguration`
-(`apply_settings`).
+The model runs on the scheduler's single worker thread; handlers take a snapshot (uri, version,
+text, position) from the session, await the service, which drops a result whose document
+version changed meanwhile. `$/cancelRequest` and newer requests for the same document set the
+engine's stop flag. Settings come from `initializationOptions` and
+`workspace/didChangeConfiguration` (`apply_settings`); the parts read the live ones, and a
+request takes the settings of its moment down to the Completer as an argument.
 
 Left out on purpose: prompts and stop rules (lsp_server/completion/), decoding
 (lsp_server/decoding/), the command line (lsp_server/commands/serve.py).
@@ -27,60 +23,29 @@ Left out on purpose: prompts and stop rules (lsp_server/completion/), decoding
 
 from __future__ import annotations
 
-import asyncio
-import itertools
 import logging
-import threading
 
 from lsprotocol import types
 from pygls.lsp.server import LanguageServer
 
-from lsp_server.lsp.debug import DebugMixin
-from lsp_server.lsp.documents import DocumentsMixin
-from lsp_server.lsp.errors import ErrorsMixin
+from lsp_server.lsp.documents import DocumentSession
+from lsp_server.lsp.errors import Client
 from lsp_server.lsp.handlers import register
-from lsp_server.lsp.idle import IdleMixin
-from lsp_server.lsp.lifecycle import LifecycleMixin
 from lsp_server.lsp.protocol import DittoProtocol
-from lsp_server.lsp.scheduler import Scheduler
-from lsp_server.lsp.stats import Counters, StatsMixin
-from lsp_server.lsp.suggest import SuggestMixin
+from lsp_server.lsp.suggest import CompletionService
 from lsp_server.settings import Settings, SettingsError
 
 log = logging.getLogger(__name__)
 
 
-class DittoServer(ErrorsMixin, StatsMixin, DocumentsMixin, IdleMixin, LifecycleMixin, DebugMixin, SuggestMixin,
-                  LanguageServer):
+class DittoServer(LanguageServer):
     def __init__(self, settings: Settings | None = None):
         super().__init__("ditto-lsp", "0.1.0", protocol_cls=DittoProtocol,
                          text_document_sync_kind=types.TextDocumentSyncKind.Incremental)
         self.settings = settings or Settings()
-        self.scheduler = Scheduler()
-        self.counters = Counters()
-        self.completer = None  # lsp_server.completion.completer.Completer once a model is loaded
-        self.model_state = "not loaded"  # not loaded | loading | ready | failed
-        self.model_error: str | None = None
-        self.model_info: dict = {}
-        self.traces: dict[str, dict] = {}  # uri -> last completion's rounds
-        self._loaded_key: tuple | None = None
-        self._load_seq = itertools.count(1)
-        self._load_wanted = 0
-        self._dirty: dict[str, str | None] = {}  # uri -> new text (None: closed), applied on the worker
-        self._dirty_lock = threading.Lock()
-        self._accepted: list[tuple[str, str]] = []  # (uri, suggestion text) the user accepted; for the history source
-        self._step_cancel: threading.Event | None = None
-        self._stale_in_request: tuple = (None, 0)  # (cancel event of a request, its stale passes)
-        self._step_uri: str | None = None
-        self._warmed: dict[str, bool] = {}  # uri -> an idle prefill ran since its last request
-        self._idle_cancel: threading.Event | None = None  # set while idle work runs
-        self._aim = None  # Snapshot of where the user is: what idle prefill warms (lsp_server/lsp/idle.py)
-        self._continue_uri: str | None = None  # a suggestion answered at its deadline, to finish while idle
-        self.loop: asyncio.AbstractEventLoop | None = None
-        # Requests waiting for the model to load: uri -> future of the newest one, resolved
-        # with the load's outcome ("ready" | "failed" | "stopped") or "superseded".
-        self._waiting: dict[str, asyncio.Future] = {}
-        self._request_seq: dict[str, int] = {}  # uri -> number of its newest completion request
+        self.client = Client(self)
+        self.documents = DocumentSession(lambda: self.workspace, lambda: self.service.window_budget())
+        self.service = CompletionService(self.documents, self.client, lambda: self.settings)
 
     # -- settings ----------------------------------------------------------------------------
     def apply_settings(self, options, where: str, load: bool = True) -> None:
@@ -89,17 +54,26 @@ class DittoServer(ErrorsMixin, StatsMixin, DocumentsMixin, IdleMixin, LifecycleM
         try:
             new = self.settings.merged(options, unknown, refused)
         except SettingsError as err:
-            self.fail(f"Ditto: ignored {where}: {err}", show=True)
+            self.client.fail(f"Ditto: ignored {where}: {err}", show=True)
             return
         if unknown:
             log.warning("ignored unknown settings in %s: %s", where, ", ".join(unknown))
         if refused:
             log.warning("ignored %s in %s: the server was not started with `ditto-lsp serve --debug-hooks`",
                         ", ".join(refused), where)
-        old, self.settings = self.settings, new  # the worker gives the completer its share per request
-        if load and (new.model_key() != old.model_key() or self.model_state == "failed"):
-            self.request_load()
+        old, self.settings = self.settings, new  # a request takes the settings of its moment to the worker
+        if load:
+            self.service.loader.settings_changed(old, new)
 
+    def stats(self, intervals: bool = False) -> dict:
+        """`ditto/stats` (stats.py `report`)."""
+        p = self.protocol
+        return self.service.stats(open_documents=len(self.workspace.text_documents) if p.initialized else 0,
+                                  protocol_futures=p.requests_under_way, intervals=intervals)
+
+    def report_server_error(self, error, source):
+        """pygls's hook for errors out of band: errors.py's one error path."""
+        self.client.report_server_error(error, source)
 
 
 def build_server(settings: Settings | None = None) -> DittoServer:

@@ -441,26 +441,30 @@ def test_cli_has_the_drafter_choices_and_draft_model():
 def test_server_turns_an_inserted_suggestion_into_history(lm):
     from types import SimpleNamespace
 
+    from lsprotocol import types
+    from pygls.workspace import Workspace
+
     from lsp_server.lsp.documents import typed_after
     from lsp_server.lsp.server import DittoServer
 
     server = DittoServer()
     uri = "file:///tmp/a.py"
     shown = "register_callback(on_event)"
-    server.traces[uri] = {"text": shown}
+    text = "h." + shown + "  # done\n\n    next_line()\nlater\n"
+    server.protocol._workspace = Workspace(None)  # (pygls's, as `initialize` makes it)
+    server.workspace.put_text_document(types.TextDocumentItem(uri=uri, language_id="python", version=1, text=text))
+    docs = server.documents
+    docs.keep_trace(uri, {"text": shown})
     change = SimpleNamespace(range=object(), text=shown)
-    server.note_change(uri, SimpleNamespace(content_changes=[SimpleNamespace(range=object(), text="x")]))
-    assert server._accepted == []
-    server.note_change(uri, SimpleNamespace(content_changes=[change]))
-    server.note_change(uri, SimpleNamespace(content_changes=[change]))  # one acceptance per suggestion
-    assert server._accepted == [(uri, shown)]
-    doc = SimpleNamespace(source="h." + shown + "  # done\n\n    next_line()\nlater\n")
-    assert typed_after(doc, shown) == "  # done\n\n    next_line()"
+    docs.note_change(uri, SimpleNamespace(content_changes=[SimpleNamespace(range=object(), text="x")]))
+    assert docs.take_changes().accepted == []
+    docs.note_change(uri, SimpleNamespace(content_changes=[change]))
+    docs.note_change(uri, SimpleNamespace(content_changes=[change]))  # one acceptance per suggestion
+    assert typed_after(server.documents.document(uri), shown) == "  # done\n\n    next_line()"
     completer = Completer(lm)
-    server.document = lambda u: doc
-    server._apply_dirty(completer)
+    docs.sync(completer, 1 << 20)
     assert completer.history() == [shown + "  # done\n\n    next_line()"]
-    assert server._accepted == []
+    assert docs.take_changes().accepted == []
 
 
 def test_engine_does_not_cut_a_model_draft_short(lm):

@@ -308,3 +308,43 @@ def test_requests_before_initialize_and_after_shutdown_get_errors_and_exit_codes
         assert c.proc.wait(TIMEOUT) == 1
     finally:
         c.kill()
+
+
+def test_a_second_initialize_is_refused_and_the_open_documents_stay(server):
+    """LSP allows one `initialize`; pygls 2.1.1 would answer a second by making a new workspace, dropping
+    every open document (what the randomized fuzz found: didOpen, then initialize)."""
+    c = server
+    uri, text = "file:///tmp/second-init.py", "def kept():\n    return 1\n"
+    c.open(uri, text)
+    answer = c.call("initialize", {"capabilities": {}}, TIMEOUT)
+    assert answer["error"]["code"] == -32600 and "already initialized" in answer["error"]["message"]
+    got = c.call("ditto/debug/document", {"uri": uri}, TIMEOUT)["result"]
+    assert got is not None and got["text"] == text
+    assert "result" in c.call("ditto/stats", {}, TIMEOUT)  # still serving
+    c.close_doc(uri)
+
+
+def test_a_document_closed_while_its_request_runs_leaves_no_trace_and_no_error(server):
+    """The race of issue 39: the trace of a request was written on the worker while didClose removed it on
+    the event loop. Now the worker only builds it, and the event loop keeps it if the document is open."""
+    c = server
+    uri, text = "file:///tmp/closing.py", "def closing(value):\n    return value\n\nclosing(\n"
+    c.notify("workspace/didChangeConfiguration", {"settings": {"debugStepDelayMs": 300, "debugNotifySteps": True}})
+    try:
+        before = c.stats()
+        c.open(uri, text)
+        rid = c.inline(uri, 3, 8)
+        c.wait_notification(lambda m: m.get("method") == "ditto/debug/step" and m["params"]["uri"] == uri
+                            and not m["params"].get("idle"), TIMEOUT)
+        c.close_doc(uri)  # while the worker runs the request's passes
+        answer = c.wait(rid, TIMEOUT)
+        assert "error" not in answer and answer["result"] is None  # dropped: the document is gone
+        assert c.call("ditto/trace", {"uri": uri}, TIMEOUT)["result"] is None
+        after = c.stats()
+        assert after["errors"] == before["errors"] and after["dropped_stale"] >= before["dropped_stale"] + 1
+    finally:
+        c.notify("workspace/didChangeConfiguration", {"settings": {"debugStepDelayMs": 0, "debugNotifySteps": False}})
+    c.open(uri, text)  # and the server goes on serving it
+    assert "error" not in c.wait(c.inline(uri, 3, 8), TIMEOUT)
+    assert c.call("ditto/trace", {"uri": uri}, TIMEOUT)["result"] is not None
+    c.close_doc(uri)

@@ -20,5 +20,5 @@ def test_a_thousand_edits_leave_no_future_behind():
             content_changes=[types.TextDocumentContentChangePartial(
                 range=types.Range(start=types.Position(0, 0), end=types.Position(0, 0)), text="a")])
         server.protocol._handle_notification(types.TEXT_DOCUMENT_DID_CHANGE, params)
-    assert server.document(URI).source == "a" * 1000 + "x\n"
-    assert len(server.protocol._request_futures) == 0
+    assert server.documents.document(URI).source == "a" * 1000 + "x\n"
+    assert server.protocol.requests_under_way == 0

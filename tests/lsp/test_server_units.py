@@ -7,7 +7,7 @@ import threading
 
 import pytest
 
-from lsp_server.lsp.scheduler import Scheduler, StepHook, Superseded
+from lsp_server.lsp.scheduler import Scheduler, Superseded
 from lsp_server.settings import Settings, SettingsError
 
 
@@ -109,18 +109,48 @@ async def test_scheduler_passes_exceptions_and_keeps_working():
     sched.close()
 
 
-def test_step_hook_calls_before_every_forward_and_delegates_the_rest():
+def test_engine_pass_hooks_run_around_every_pass_with_the_work_they_are_for():
+    """The engine calls its hooks before and after every model pass with the caller's RequestContext
+    (the server's debug hooks read the document, idle or not, and the cancel event from it)."""
+    from lsp_server.backends.tiny import tiny_random
+    from lsp_server.decoding.engine import Engine
+    from lsp_server.decoding.types import DecodeOptions, RequestContext
+
     calls = []
 
-    class FakeLM:
-        stop_ids = frozenset({0})
+    class Hooks:
+        def before_pass(self, ctx, rows):
+            calls.append(("before", ctx, rows))
 
-        def forward(self, ids, cache, last):
-            return ("out", list(ids), last)
+        def after_pass(self, ctx, rows):
+            calls.append(("after", ctx, rows))
 
-    hooked = StepHook(FakeLM(), calls.append)
-    assert hooked.forward([1, 2, 3], None, last=1) == ("out", [1, 2, 3], 1)
-    assert calls == [3] and hooked.stop_ids == frozenset({0})
+    ctx = RequestContext("file:///a.py", False, threading.Event())
+    engine = Engine(tiny_random(), hooks=Hooks())
+    done = engine.generate(list(range(5, 25)), options=DecodeOptions(max_new_tokens=4, draft_max=0),
+                           cache_key="a", ctx=ctx)
+    befores = [c for c in calls if c[0] == "before"]
+    assert befores[0][2] >= 19 and all(c[2] == 1 for c in befores[1:])  # the prompt's pass, then one token a pass
+    assert len(befores) - 1 == done.stats.target_passes + done.stats.tie_passes and done.stats.target_passes >= 1
+    assert all(c[1] is ctx for c in calls)
+    assert [c[0] for c in calls] == ["before", "after"] * len(befores)
+
+
+def test_debug_hooks_notify_delay_on_the_cancel_event_and_fail():
+    from lsp_server.decoding.types import RequestContext
+    from lsp_server.lsp.debug import DEBUG_STEP, DebugHooks
+
+    sent = []
+    settings = Settings(debug_hooks=True, debug_notify_steps=True, debug_step_delay_ms=10_000)
+    hooks = DebugHooks(lambda: settings, lambda method, params: sent.append((method, params)))
+    cancel = threading.Event()
+    cancel.set()  # a cancelled request is not kept waiting: the delay returns at once
+    hooks.before_pass(RequestContext("file:///a.py", True, cancel), 3)
+    assert sent == [(DEBUG_STEP, {"uri": "file:///a.py", "tokens": 3, "idle": True})]
+    hooks.after_pass(None, 3)
+    settings = Settings(debug_hooks=True, debug_fail_forward=True)
+    with pytest.raises(RuntimeError, match="out of memory"):
+        hooks.after_pass(None, 1)
 
 
 async def test_scheduler_answers_a_queued_superseded_job_at_once():

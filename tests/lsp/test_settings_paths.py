@@ -163,8 +163,8 @@ def server():
 
     ls = build_server(Settings())
     yield ls
-    ls.scheduler.close()
-    ls.scheduler.join(10)
+    ls.service.scheduler.close()
+    ls.service.scheduler.join(10)
 
 
 @pytest.mark.parametrize("key,case", CASES, ids=IDS)

@@ -50,11 +50,12 @@ def test_prompts_through_a_window_are_the_whole_texts(lm):
         else:
             line = min(5990, line + rng.choice([1, 3, 17, 60]))  # moving down, across grid lines
         col = rng.randrange(8)
-        snap = server.snapshot(URI, types.Position(line=line, character=col))
+        snap = server.documents.snapshot(URI, types.Position(line=line, character=col))
         assert isinstance(snap.text, WindowText) and snap.line + snap.text.first_line == line
         firsts.add(snap.text.first_line)
-        server._apply_dirty(windowed)  # the worker: moves the prompt window with the snapshot's
-        a = windowed.prompt_for(snap.text, snap.line, snap.col, name=name, cache_key=URI)
+        server.documents.sync(windowed, 1 << 30)  # the worker: moves the prompt window with the snapshot's
+        a = windowed.prompt_for(snap.text, snap.line, snap.col, name=name, cache_key=URI,
+                                file=server.documents.file(URI))
         b = whole.prompt_for(text, line, snap.col, name=name, cache_key=URI)
         assert a.ids == b.ids, (step, line)
         assert a.start_line + snap.text.first_line == b.start_line
@@ -64,14 +65,14 @@ def test_prompts_through_a_window_are_the_whole_texts(lm):
 def test_a_short_document_is_its_own_window():
     text = long_doc(400)
     server = server_with(text)
-    snap = server.snapshot(URI, types.Position(line=200, character=3))
+    snap = server.documents.snapshot(URI, types.Position(line=200, character=3))
     assert snap.text == text and snap.text.first_line == 0 and snap.line == 200
 
 
 def test_to_client_counts_lines_of_the_document():
     text = long_doc(6000)
     server = server_with(text)
-    snap = server.snapshot(URI, types.Position(line=5000, character=4))
-    pos = server.to_client(snap.text, snap.line, snap.col)
+    snap = server.documents.snapshot(URI, types.Position(line=5000, character=4))
+    pos = server.documents.to_client(snap.text, snap.line, snap.col)
     assert (pos.line, pos.character) == (5000, 4)
-    assert server.to_client("a\nbc", 1, 1) == types.Position(line=1, character=1)
+    assert server.documents.to_client("a\nbc", 1, 1) == types.Position(line=1, character=1)
