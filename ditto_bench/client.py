@@ -121,6 +121,11 @@ class RawClient:
                 self._cond.wait(left)
             return self.responses[msg_id][0]
 
+    def result_times(self) -> list[float]:
+        """When (time.monotonic()) each answer that carried a result arrived, in order."""
+        with self._cond:
+            return sorted(t for m, t in self.responses.values() if m.get("result"))
+
     def call(self, method: str, params=None, timeout: float = 60.0) -> dict:
         return self.wait(self.request(method, params), timeout)
 

@@ -178,7 +178,7 @@ def graph_vs_eager(graphed, eager, prompt: list[int], positions: int) -> dict:
             "argmax_agree": int((rows[0].argmax(-1) == rows[1].argmax(-1)).sum())}
 
 
-class _Oracle:
+class Oracle:
     """Proposes the reference continuation (the benchmark's oracle, ditto_bench/systems.py)."""
 
     name = "oracle"
@@ -256,7 +256,7 @@ def engine_runs(base, fixed, prompts: list[list[int]], new_tokens: int, rows: in
         off = fast.generate(prompt, options=opts(0))
         add("off", len(off.tokens), off.stats.decode_ms, off.stats.wall_ms, off.stats.target_passes)
 
-        oracle = fast.generate(prompt, drafter=_Oracle(len(prompt), off.tokens), options=opts(rows - 1))
+        oracle = fast.generate(prompt, drafter=Oracle(len(prompt), off.tokens), options=opts(rows - 1))
         add("oracle", len(oracle.tokens), oracle.stats.decode_ms, oracle.stats.wall_ms, oracle.stats.target_passes)
         check("oracle", oracle.tokens, off.tokens, i)
         ngram = fast.generate(prompt, drafter=NGramDrafter(), options=opts(rows - 1))
@@ -271,7 +271,7 @@ def engine_runs(base, fixed, prompts: list[list[int]], new_tokens: int, rows: in
             return draft[:cut] + [(t + 1) % vocab for t in draft[cut:]]
 
         for name, corrupt in (("random-drafts", scramble), ("half-right-drafts", half_right)):
-            run = fast.generate(prompt, drafter=_Oracle(len(prompt), off.tokens, corrupt), options=opts(rows - 1))
+            run = fast.generate(prompt, drafter=Oracle(len(prompt), off.tokens, corrupt), options=opts(rows - 1))
             check(name, run.tokens, off.tokens, i)
 
     out = {}

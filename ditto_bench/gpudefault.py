@@ -31,7 +31,7 @@ from pathlib import Path
 
 import torch
 
-from ditto_bench.gpucheck import TINY_ARCH, _Oracle, pass_costs, random_ids, sync
+from ditto_bench.gpucheck import TINY_ARCH, Oracle, pass_costs, random_ids, sync
 from ditto_bench.hf import QWEN25_CODER_05B, random_model
 from drafters import NGramDrafter
 from lsp_server.backends.torch.loading import choose_device, choose_dtype
@@ -60,9 +60,9 @@ def requests(lm, rng: random.Random, context: int, edits: int, new_tokens: int) 
         runs = {"off": off,
                 "ngram": engines["ngram"].generate(prompt, drafter=NGramDrafter(), options=opts, cache_key="doc"),
                 "right-drafts": engines["right-drafts"].generate(
-                    prompt, drafter=_Oracle(len(prompt), off.tokens), options=opts, cache_key="doc"),
+                    prompt, drafter=Oracle(len(prompt), off.tokens), options=opts, cache_key="doc"),
                 "corrupted-drafts": engines["corrupted-drafts"].generate(
-                    prompt, drafter=_Oracle(len(prompt), off.tokens, corrupt), options=opts, cache_key="doc")}
+                    prompt, drafter=Oracle(len(prompt), off.tokens, corrupt), options=opts, cache_key="doc")}
         for name, run in runs.items():
             out["decode_ms"][name] += run.stats.decode_ms
             out["tokens"][name] += len(run.tokens)
@@ -128,7 +128,7 @@ def run(args) -> int:
             res["pass_costs"] = {k: v for k, v in pass_costs(lm, context, context[:9], 9, args.reps).items()
                                  if k in ("1", "9")}
             res["requests"] = requests(lm, rng, args.context, args.edits, args.new_tokens)
-            res["static_capacity_at_end"] = getattr(lm, "_capacity", None)  # grown past 4096 when a pass needed it
+            res["static_capacity_at_end"] = getattr(lm, "static_capacity", None)  # grown past 4096 when a pass needed it
             sync(dev)
         except BaseException as err:  # reported below, on the main thread
             failure.append(err)

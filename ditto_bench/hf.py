@@ -23,11 +23,11 @@ def hf_generate(lm: TorchModel, prompt_ids: list[int], max_new_tokens: int, look
     Returns (new ids, padding stripped, a stop token included when it ended there; forward passes run).
     `lookup_tokens`: transformers' prompt lookup (`prompt_lookup_num_tokens`).
     """
-    model = lm._model
+    model = lm.module
     passes = [0]
     hook = model.register_forward_pre_hook(lambda *a: passes.__setitem__(0, passes[0] + 1))
     x = torch.tensor([prompt_ids], dtype=torch.long, device=lm.device)
-    pad = getattr(lm._tok, "pad_token_id", None)
+    pad = getattr(lm.tokenizer, "pad_token_id", None)
     if pad is None and lm.stop_ids:
         pad = min(lm.stop_ids)
     kwargs = dict(max_new_tokens=max(1, max_new_tokens), do_sample=False, temperature=None, top_p=None, top_k=None,

@@ -276,8 +276,7 @@ def team_storm(model: str, clients: int = 4, edits: int = 500, *, engine=None, k
             return False
         intervals = c.call("ditto/stats", {"remoteIntervals": True})["result"]["remote"]["intervals"]
         wall = time.time() - time.monotonic()
-        with c._cond:
-            got = sorted(t + wall for m, t in c.responses.values() if m.get("result"))
+        got = [t + wall for t in c.result_times()]
         return recovery(intervals, got)[1] is not None
 
     def client(k: int) -> None:

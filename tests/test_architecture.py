@@ -169,3 +169,88 @@ def test_the_rules_catch_planted_violations(tmp_path):
     assert "drafters.ngram imports lsp_server.settings" in found
     assert "import circle:" in found and "lsp_server.numbers" in found.split("import circle:")[1]
     assert "lsp_server.settings has" in found
+
+
+# -- no module reads another's private state ---------------------------------------------------
+# `x._name` (and `getattr(x, "_name")`, `from m import _name`) where `_name` is not a name the
+# module itself defines (a function, class, attribute set on self/cls, slot or variable) is a
+# reach into another module's private state. The few left are other libraries' and cannot go:
+PRIVATE_ALLOWED = {
+    # pygls 2.1.1 keeps its workspace, shutdown flag, request futures, server and reply in privates;
+    # DittoProtocol (a subclass) fixes what it gets wrong through them and offers public properties
+    # (lsp_server/lsp/protocol.py docstring).
+    ("lsp_server.lsp.protocol", "_workspace"), ("lsp_server.lsp.protocol", "_shutdown"),
+    ("lsp_server.lsp.protocol", "_request_futures"), ("lsp_server.lsp.protocol", "_server"),
+    ("lsp_server.lsp.protocol", "_send_response"), ("lsp_server.lsp.protocol", "_execute_handler"),
+    ("lsp_server.commands.serve", "_exit"),  # os._exit: leave without finalization (serve.py says why)
+    # transformers names its attention switch `config._attn_implementation`; it has no public setter.
+    ("lsp_server.backends.torch.model", "_attn_implementation"),
+}
+
+
+def _private(name: str) -> bool:
+    return name.startswith("_") and not (name.startswith("__") and name.endswith("__"))
+
+
+def _defined(tree: ast.AST) -> set[str]:
+    """The private names a module defines itself."""
+    out: set[str] = set()
+    for node in ast.walk(tree):
+        if isinstance(node, (ast.FunctionDef, ast.AsyncFunctionDef, ast.ClassDef)):
+            out.add(node.name)
+        elif isinstance(node, ast.Attribute) and isinstance(node.ctx, ast.Store) and isinstance(node.value, ast.Name) \
+                and node.value.id in ("self", "cls"):
+            out.add(node.attr)
+        elif isinstance(node, ast.Name) and isinstance(node.ctx, ast.Store):
+            out.add(node.id)
+        elif isinstance(node, ast.arg):
+            out.add(node.arg)
+        elif isinstance(node, ast.Assign) and any(isinstance(t, ast.Name) and t.id == "__slots__" for t in node.targets) \
+                and isinstance(node.value, (ast.Tuple, ast.List)):
+            out.update(e.value for e in node.value.elts if isinstance(e, ast.Constant) and isinstance(e.value, str))
+    return {n for n in out if _private(n)}
+
+
+def private_reaches(root: Path) -> list[str]:
+    found: set[str] = set()
+    for pkg in PACKAGES:
+        for path in sorted((root / pkg).rglob("*.py")):
+            tree = ast.parse(path.read_text(encoding="utf-8"))
+            mine, name = _defined(tree), module_name(root, path)
+
+            def reach(attr: str, how: str) -> None:
+                if _private(attr) and attr not in mine and (name, attr) not in PRIVATE_ALLOWED:
+                    found.add(f"{name} reads {how}{attr}")
+
+            for node in ast.walk(tree):
+                if isinstance(node, ast.Attribute):
+                    reach(node.attr, ".")
+                elif isinstance(node, ast.Call) and isinstance(node.func, ast.Name) \
+                        and node.func.id in ("getattr", "hasattr", "setattr") and len(node.args) >= 2 \
+                        and isinstance(node.args[1], ast.Constant) and isinstance(node.args[1].value, str):
+                    reach(node.args[1].value, f"{node.func.id} ")
+                elif isinstance(node, ast.ImportFrom):
+                    for alias in node.names:
+                        reach(alias.name, f"import {node.module}.")
+    return sorted(found)
+
+
+def test_no_module_reads_another_modules_private_state():
+    assert private_reaches(ROOT) == []
+
+
+def test_the_private_check_catches_planted_reaches(tmp_path):
+    for pkg in PACKAGES:
+        shutil.copytree(ROOT / pkg, tmp_path / pkg, ignore=shutil.ignore_patterns("__pycache__"))
+    plant = {
+        "lsp_server/lsp/idle.py": "\ndef _peek(scheduler):\n    return scheduler._idle_running\n",
+        "lsp_server/lsp/stats.py": "\ndef _peek2(c):\n    return getattr(c, '_windows', None)\n",
+        "drafters/ngram.py": "\nfrom drafters.speculation import _hidden  # noqa\n",
+    }
+    for rel, text in plant.items():
+        with open(tmp_path / rel, "a", encoding="utf-8") as f:
+            f.write(text)
+    found = "\n".join(private_reaches(tmp_path))
+    assert "lsp_server.lsp.idle reads ._idle_running" in found
+    assert "lsp_server.lsp.stats reads getattr _windows" in found
+    assert "drafters.ngram reads import drafters.speculation._hidden" in found

@@ -115,7 +115,7 @@ def test_a_connection_attempt_the_host_does_not_answer_is_retried_with_a_fresh_o
 
     from lsp_server.backends.remote.transport import Transport
 
-    from lsp_server.backends.remote.http import _Request
+    from lsp_server.backends.remote.http import Request
 
     srv = socket.socket()
     srv.bind(("127.0.0.1", 0))
@@ -123,7 +123,7 @@ def test_a_connection_attempt_the_host_does_not_answer_is_retried_with_a_fresh_o
     port = srv.getsockname()[1]
     filler = socket.create_connection(("127.0.0.1", port))
     ep = parse_spec(f"http://127.0.0.1:{port}/v1#m")
-    req = _Request(ep, Transport(connect_timeout_s=60), threading.Event(), None)
+    req = Request(ep, Transport(connect_timeout_s=60), threading.Event(), None)
     out = {}
 
     def run():

@@ -22,7 +22,7 @@ from lsp_server.backends.remote.transport import Transport
 log = logging.getLogger(__name__)
 
 
-RESYN_S = 0.25  # while a connection attempt goes unanswered, start a fresh one this often (_Request._connect_to)
+RESYN_S = 0.25  # while a connection attempt goes unanswered, start a fresh one this often (Request._connect_to)
 RESYN_MAX = 8
 READ_TIMEOUT_S = 60.0  # the longest wait for the next byte when no time budget bounds a request
 
@@ -35,11 +35,11 @@ class RemoteError(Exception):
         self.kind = kind
 
 
-class _Stop(Exception):
+class Stop(Exception):
     """The request was ended on purpose (cancelled, out of time, stop rule); `reason` says which."""
 
 
-class _Request:
+class Request:
     """One streaming request; `abort()` from another thread closes its socket."""
 
     def __init__(self, ep: Endpoint, tr: Transport, cancel: threading.Event, deadline: float | None):
@@ -76,7 +76,7 @@ class _Request:
 
     def _check(self) -> None:
         if self.reason is not None:
-            raise _Stop(self.reason)
+            raise Stop(self.reason)
 
     # -- connecting ----------------------------------------------------------------------
     def _connect(self):
@@ -111,7 +111,7 @@ class _Request:
         try:
             while True:
                 if self.reason is not None:
-                    raise _Stop(self.reason)
+                    raise Stop(self.reason)
                 now = time.monotonic()
                 if now >= next_try and len(pending) < RESYN_MAX:
                     sock = socket.socket(family, kind, proto)
@@ -160,7 +160,7 @@ class _Request:
             self._sock = wrapped
         if self.reason is not None:
             wrapped.close()
-            raise _Stop(self.reason)
+            raise Stop(self.reason)
         return wrapped
 
     # -- the exchange --------------------------------------------------------------------
@@ -168,7 +168,7 @@ class _Request:
         """POST `body`, feed each streamed text piece to `on_piece` (True: enough, close).
 
         Returns the engine's finish reason ("stop", "length", None when the stream just
-        ended). Raises _Stop when aborted on purpose and RemoteError when the engine failed.
+        ended). Raises Stop when aborted on purpose and RemoteError when the engine failed.
         """
         self._watcher.start()
         conn = None
@@ -195,7 +195,7 @@ class _Request:
             if kind == "application/json":
                 return self._whole(resp, on_piece)
             return self._stream(resp, on_piece)
-        except _Stop:
+        except Stop:
             raise
         except RemoteError:
             self._check()

@@ -175,6 +175,21 @@ class TorchModel(TensorBackend):
         params = inspect.signature(module.forward).parameters
         self._cache_kw = "cache" if "cache" in params else "past_key_values"
 
+    @property
+    def module(self) -> torch.nn.Module:
+        """The transformers module (for tools that call transformers on it: ditto_bench/hf.py)."""
+        return self._model
+
+    @property
+    def static_capacity(self) -> int | None:
+        """Tokens the static KV cache holds now (it grows when a pass needs more), None without one."""
+        return self._capacity
+
+    @property
+    def tokenizer(self):
+        """The transformers tokenizer."""
+        return self._tok
+
     def with_module(self, module: torch.nn.Module, spec: str) -> "TorchModel":
         """Another model with this one's tokenizer (tests: two sets of weights, one vocabulary)."""
         return TorchModel(spec, spec, module, self._tok, self.device, self.dtype, fim=self.fim,
