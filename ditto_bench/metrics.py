@@ -349,11 +349,15 @@ def _replay_group(rs: list[dict], timeout_ms: float) -> dict:
 
     A timed-out request counts in the percentiles at the timeout (a lower bound of its time)."""
     tts = [r["tts_ms"] if r.get("tts_ms") is not None else timeout_ms for r in rs]
-    checked = [r["continuation"] for r in rs if r.get("continuation")]  # --check-continuations
+    # --check-continuations. A generation cut short before it wrote a token compared nothing
+    # (`identical` None, completer.py `check_place`): counted apart, neither identical nor not.
+    ran = [r["continuation"] for r in rs if r.get("continuation")]
+    checked = [c for c in ran if c.get("identical") is not None]
     return {
         "n": len(rs),
         "continuations_checked": len(checked),
         "continuations_identical": sum(1 for c in checked if c.get("identical")),
+        "continuations_empty": len(ran) - len(checked),
         "timeouts": sum(1 for r in rs if r.get("timeout")),
         "tts_ms_p50": _r(percentile(tts, 50), 1),
         "tts_ms_p95": _r(percentile(tts, 95), 1),

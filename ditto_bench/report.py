@@ -128,9 +128,11 @@ def replay_table(summary: dict) -> str:
 
 
 def _checked(g: dict) -> str:
-    """The continuation check (`--check-continuations`): identical / checked, or – when not run."""
-    n = g.get("continuations_checked") or 0
-    return f"{g['continuations_identical']}/{n}" if n else "–"
+    """The continuation check (`--check-continuations`): identical / checked, or – when not run; runs cut
+    short before their first token compared nothing and are shown apart."""
+    n, empty = g.get("continuations_checked") or 0, g.get("continuations_empty") or 0
+    cell = f"{g['continuations_identical']}/{n}" if n else "–"
+    return f"{cell} (+{empty} cut short empty)" if empty else cell
 
 
 def replay_ratio_table(summary: dict) -> str:

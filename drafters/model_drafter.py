@@ -237,11 +237,8 @@ class HybridDrafter:
                  min_agreement: float = 0.5, clock: Callable[[], float] = time.perf_counter):
         if policy.draft_ms is None:
             raise ValueError("the hybrid needs the draft model's pass costs in its policy (set_draft_costs)")
-        self.ngram = ngram
-        self.model = model
-        self.policy = policy
-        self.min_match = min_match
-        self.min_agreement = min_agreement
+        self.ngram, self.model, self.policy = ngram, model, policy  # lookup first, the model where it is silent
+        self.min_match, self.min_agreement = min_match, min_agreement
         self.clock = clock
         self.stats = HybridStats()
 

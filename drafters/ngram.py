@@ -299,10 +299,8 @@ class NGramDrafter:
     def __init__(self, n_min: int = 2, n_max: int = 6, max_candidates: int = 64, max_tokens_per_source: int = 65536,
                  token_text: Callable[[int], str] | None = None, encode: Callable[[str], list[int]] | None = None,
                  heal_back: int = 2):
-        self.n_min = n_min
-        self.n_max = n_max
-        self.max_candidates = max_candidates
-        self.max_tokens_per_source = max_tokens_per_source
+        self.n_min, self.n_max = n_min, n_max  # the n-gram lengths matched, longest first
+        self.max_candidates, self.max_tokens_per_source = max_candidates, max_tokens_per_source
         # Healing needs both text functions (the model's tokenizer); None: ids only.
         self.token_text = token_text
         self.encode = encode

@@ -71,17 +71,18 @@ def add_decode_args(p: argparse.ArgumentParser) -> None:
 
 
 def decode_options(args):
-    """The decoding options of the flags, range-checked by the settings' own rules (one place)."""
+    """The decoding options of the flags: the server's own mapping (settings.py `Settings.decode_options`),
+    range-checked by the settings' rules. The command line answers once, in full: no first-line
+    deadline (`first_answer_s` is for an editor that shows the first line while the rest comes),
+    and no time limit unless `--time-budget` sets one."""
     try:
-        Settings().merged({"max_tokens": args.max_tokens, "draft_max": args.draft_max, "temperature": args.temperature,
-                           "top_p": args.top_p, "top_k": args.top_k})
+        settings = Settings().merged({"max_tokens": args.max_tokens, "draft_max": args.draft_max,
+                                      "temperature": args.temperature, "top_p": args.top_p, "top_k": args.top_k,
+                                      "seed": args.seed, "time_budget_s": args.time_budget,
+                                      "adaptive": not getattr(args, "no_adaptive", False), "first_answer_s": None})
     except SettingsError as err:
         raise SystemExit(f"ditto-lsp: error: {err}") from None
-    from lsp_server.decoding.types import DecodeOptions
-
-    return DecodeOptions(max_new_tokens=args.max_tokens, temperature=args.temperature, top_p=args.top_p,
-                         top_k=args.top_k, draft_max=args.draft_max, seed=args.seed, time_budget_s=args.time_budget,
-                         adaptive=not getattr(args, "no_adaptive", False))
+    return settings.decode_options()
 
 
 def stderr_progress(quiet: bool = False):

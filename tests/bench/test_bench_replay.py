@@ -329,6 +329,10 @@ def test_replay_summary_from_hand_made_records():
     recs[1]["continuation"] = {"identical": False}
     assert metrics.summarise_replay(recs)["ditto"]["cold"]["continuations_identical"] == 1
     assert "| 1/2 |" in report.replay_table(metrics.summarise_replay(recs))
+    recs[1]["continuation"] = {"identical": None}  # cut short before its first token: compared nothing
+    cold = metrics.summarise_replay(recs)["ditto"]["cold"]
+    assert (cold["continuations_checked"], cold["continuations_identical"], cold["continuations_empty"]) == (1, 1, 1)
+    assert "| 1/1 (+1 cut short empty) |" in report.replay_table(metrics.summarise_replay(recs))
 
 
 # -- end to end --------------------------------------------------------------------------------
