@@ -25,7 +25,10 @@ SUITES = ["tests/lsp/test_server.py", "tests/lsp/test_faults.py", "tests/lsp/tes
 
 @pytest.mark.skipif(bool(os.environ.get("DITTO_BACKEND")), reason="this run already chose a backend")
 def test_server_editor_fuzz_and_fault_suites_pass_on_llama_cpp():
-    pytest.importorskip("llama_cpp")
+    from lsp_server.backends.llama.library import problem
+
+    if problem():
+        pytest.skip(f"no llama.cpp library: {problem()}")
     env = {**os.environ, "DITTO_BACKEND": "llama.cpp", "OMP_NUM_THREADS": "1",
            "PYTHONPATH": os.pathsep.join([str(ROOT), *filter(None, [os.environ.get("PYTHONPATH")])])}
     r = subprocess.run([sys.executable, "-m", "pytest", "-q", "-rs", "-p", "no:cacheprovider", *SUITES], cwd=ROOT,
