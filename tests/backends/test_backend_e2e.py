@@ -4,7 +4,7 @@ The suites start `ditto-lsp serve --model tiny-random`; with DITTO_BACKEND=llama
 environment the server (and every in-process reference model) runs tiny-random as a GGUF on
 llama.cpp instead (lsp_server/backends/tiny_gguf.py; docs/backends.md). This test runs them in a child
 pytest with that variable, so one `pytest` covers both backends; test_server.py checks that
-`ditto/stats` reports the backend the run chose. Skipped where llama-cpp-python is absent, and
+`ditto/stats` reports the backend the run chose. Skipped where the llama.cpp library cannot run, and
 inside a run that already chose a backend.
 """
 
