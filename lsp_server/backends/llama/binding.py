@@ -32,18 +32,18 @@ from __future__ import annotations
 import ctypes
 import importlib.metadata
 import importlib.util
-import os
 import platform
 from ctypes import POINTER, c_bool, c_char_p, c_float, c_int, c_int8, c_int32, c_size_t, c_uint8, c_uint32, c_void_p
 from pathlib import Path
 
 from lsp_server.backends.base import ModelError
+from lsp_server.backends.llama.options import LlamaOptions
 
 BUILD = 11549  # llama.cpp's build number
 WHEEL = "xllamacpp"
 WHEEL_VERSION = "2026.10.11549"
 INSTALL = f"{WHEEL}=={WHEEL_VERSION}"
-LIB_ENV = "DITTO_LLAMA_LIB"  # a llama.cpp library of one's own build (libllama.so of b11549)
+LIB_ENV = "DITTO_LLAMA_LIB"  # a llama.cpp library of one's own build (libllama.so of b11549): options.py
 CPU_FLAGS = ("avx", "avx2", "fma", "f16c", "bmi2")  # what the wheel's code is compiled for (/proc/cpuinfo names)
 
 LLAMA_FLASH_ATTN_TYPE_AUTO, LLAMA_FLASH_ATTN_TYPE_DISABLED, LLAMA_FLASH_ATTN_TYPE_ENABLED = -1, 0, 1
@@ -265,8 +265,7 @@ def wheel_library() -> Path | None:
 
 def locate(env=None) -> tuple[Path | None, str]:
     """(path, source) of the library to load: DITTO_LLAMA_LIB if set, else the wheel's."""
-    env = os.environ if env is None else env
-    own = (env.get(LIB_ENV) or "").strip()
+    own = LlamaOptions.from_env(env).library
     if own:
         return Path(own).expanduser(), f"{LIB_ENV}={own}"
     path = wheel_library()
