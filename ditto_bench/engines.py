@@ -1,13 +1,16 @@
 """Real inference engines run on this machine for the benchmark tools: the team storm's engine
 (ditto_bench/storm.py `--engine`), killed and restarted to measure recovery.
 
-`LlamaCppServer` starts llama-cpp-python's OpenAI-compatible server (``python -m
-llama_cpp.server``) on 127.0.0.1 with a GGUF, waits until it answers, and can kill, pause
-(SIGSTOP), resume and restart it. `LlamaServer` does the same with llama.cpp's own
-`llama-server`, which the prebuilt `xllamacpp` wheel embeds: `python -m ditto_bench.engines
-llama-server` runs it in a process of its own (xllamacpp runs it in-process, and stops it only
-when the object is freed: a process can be killed like a real engine's), with `--parallel`
-slots so that a team's requests run side by side, and the same port after every restart. `tiny_text_gguf` writes the tiny random model
+`LlamaServer` starts llama.cpp's own `llama-server`, which the prebuilt `xllamacpp` wheel embeds
+(nothing to compile), on 127.0.0.1 with a GGUF, waits until it answers, and can kill, pause
+(SIGSTOP), resume and restart it: `python -m ditto_bench.engines llama-server` runs it in a
+process of its own (xllamacpp runs it in-process, and stops it only when the object is freed: a
+process can be killed like a real engine's), with `--parallel` slots so that a team's requests
+run side by side, an API key where asked, and the same port after every restart (the wheel's
+server has no https: tests/support/local_engine.py puts a TLS front before it).
+`LlamaCppServer` does the same with llama-cpp-python's server (``python -m llama_cpp.server``),
+which no extra installs any more (it builds llama.cpp from source): `pip install
+'llama-cpp-python[server]'` first. `tiny_text_gguf` writes the tiny random model
 (lsp_server/backends/tiny_gguf.py) with the rows of some tokens set to zero (the output head
 is tied, so their logits are 0 and never the argmax among hundreds of random ones): every
 token that is not valid UTF-8 on its own (engines drop or replace invalid bytes each in their
@@ -41,24 +44,23 @@ def free_port() -> int:
 def tiny_text_gguf(path: str | Path) -> Path:
     """The tiny random model as a GGUF whose greedy output is valid UTF-8 (module docstring)."""
     import gguf
-    import llama_cpp
 
+    from lsp_server.backends.llama.vocab import GGUFVocab
     from lsp_server.backends.tiny_gguf import write_tiny_gguf
 
     path = Path(path)
     raw = write_tiny_gguf(path.with_suffix(".raw.gguf"))
-    vocab = llama_cpp.Llama(str(raw), vocab_only=True, verbose=False)
+    vocab = GGUFVocab(raw)
     bad = []
-    v = vocab._model.vocab
-    for t in range(vocab.n_vocab()):
-        if llama_cpp.llama_vocab_is_control(v, t) and not llama_cpp.llama_vocab_is_eog(v, t):
+    for t in range(vocab.n_tokens):
+        if vocab.is_control(t) and not vocab.is_eog(t):
             bad.append(t)
             continue
         try:
-            vocab.detokenize([t], special=False).decode("utf-8")
+            vocab.piece(t, special=False).decode("utf-8")
         except UnicodeDecodeError:
             bad.append(t)
-    del vocab
+    vocab.close()
     shutil.copy(raw, path)
     raw.unlink()
     reader = gguf.GGUFReader(str(path), "r+")
@@ -105,6 +107,11 @@ class LlamaCppServer:
     name = "llama_cpp.server"
 
     def command(self) -> list[str]:
+        import importlib.util
+
+        if importlib.util.find_spec("llama_cpp") is None:
+            raise RuntimeError("llama_cpp.server needs llama-cpp-python[server] (pip install 'llama-cpp-python[server]', "
+                               "a source build), or use llama-server (LlamaServer, the xllamacpp wheel)")
         cmd = [sys.executable, "-m", "llama_cpp.server", "--model", str(self.gguf), "--host", "127.0.0.1",
                "--port", str(self.port), "--n_ctx", str(self.n_ctx), "--n_threads", str(self.threads),
                "--model_alias", self.alias, "--interrupt_requests", str(self.interrupt_requests),
@@ -120,7 +127,7 @@ class LlamaCppServer:
         if self.proc is not None and self.proc.poll() is None:
             raise RuntimeError("the engine is already running")
         cmd = self.command()
-        env = {**os.environ, "PYTHONUNBUFFERED": "1", "OMP_NUM_THREADS": str(self.threads)}
+        env = {**os.environ, "PYTHONUNBUFFERED": "1", "OMP_NUM_THREADS": str(self.threads), **self.env()}
         with open(self.stdout_path, "ab") as out, open(self.stderr_path, "ab") as err:
             self.proc = subprocess.Popen(cmd, stdout=out, stderr=err, stdin=subprocess.DEVNULL, env=env)
         self.starts += 1
@@ -140,6 +147,10 @@ class LlamaCppServer:
                 self.kill()
                 raise RuntimeError(f"{self.name} did not answer in {timeout} s: {self.stderr_tail()}")
             time.sleep(0.02)
+
+    def env(self) -> dict[str, str]:
+        """Environment variables the engine's process gets besides this one's."""
+        return {}
 
     def accepts(self) -> bool:
         """Whether a TCP connection to the port succeeds (nothing is sent on it)."""
@@ -205,19 +216,27 @@ class LlamaServer(LlamaCppServer):
     own (`python -m ditto_bench.engines llama-server`): started, killed, paused and restarted as
     LlamaCppServer is. `parallel` slots of `n_ctx` tokens each (llama-server splits its context
     among them); flash attention off, as for LlamaCppServer (llama.cpp's CPU flash attention is
-    not split-invariant); no API key or TLS (llama-server has them; nothing here needs them)."""
+    not split-invariant); `api_key` (handed over in the environment, never on the command line).
+    No `tls`: the wheel's server is built without SSL. It prints a timing block ("eval time = ... / N tokens") for
+    every completion that ran to its end and "cancel task" for one whose client went away."""
 
     name = "llama-server"
 
     def __init__(self, gguf: str | Path, port: int | None = None, *, alias: str = "tiny", n_ctx: int = 4096,
-                 parallel: int = 4, log_dir: str | Path | None = None, threads: int = 1):
-        super().__init__(gguf, port, alias=alias, n_ctx=n_ctx, log_dir=log_dir, threads=threads)
+                 parallel: int = 4, log_dir: str | Path | None = None, threads: int = 1, api_key: str | None = None):
+        super().__init__(gguf, port, alias=alias, n_ctx=n_ctx, log_dir=log_dir, threads=threads, api_key=api_key)
         self.parallel = parallel
 
     def command(self) -> list[str]:
         return [sys.executable, "-m", "ditto_bench.engines", "llama-server", "--model", str(self.gguf),
                 "--port", str(self.port), "--ctx", str(self.n_ctx * self.parallel), "--parallel", str(self.parallel),
                 "--threads", str(self.threads), "--alias", self.alias]
+
+    def env(self) -> dict[str, str]:
+        return {_KEY_ENV: self.api_key} if self.api_key else {}
+
+
+_KEY_ENV = "DITTO_ENGINE_API_KEY"  # the API key LlamaServer's process requires, if set
 
 
 def serve_llama_server(argv: list[str] | None = None) -> int:
@@ -244,6 +263,8 @@ def serve_llama_server(argv: list[str] | None = None) -> int:
     p.model_alias = {a.alias}
     p.flash_attn_type = 0  # off (see LlamaServer)
     p.cache_ram_mib = 256  # the prompt cache kept in RAM (8 GB by default)
+    if os.environ.get(_KEY_ENV):
+        p.api_keys = [os.environ[_KEY_ENV]]
     stop = threading.Event()
     signal.signal(signal.SIGTERM, lambda *_: stop.set())
     signal.signal(signal.SIGINT, lambda *_: stop.set())

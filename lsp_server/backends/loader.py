@@ -18,8 +18,10 @@ What a spec names is decided in one place, lsp_server/backends/specs.py:
 
 `backend` says where it runs: ``torch`` (torch + transformers; GGUF is converted once to
 safetensors), ``llama.cpp`` (GGUF read as it is, lsp_server/backends/llama/) or ``auto``:
-llama.cpp for a GGUF model (packaged, ``.gguf``, ``ollama:``) on the CPU when
-llama-cpp-python is installed, torch otherwise (docs/backends.md).
+llama.cpp for a GGUF model (packaged, ``.gguf``, ``ollama:``) on the CPU when the llama.cpp
+library is installed and can run here (lsp_server/backends/llama/binding.py: a CPU without AVX2,
+a missing libgomp or a library of another build are said once, as a warning), torch otherwise
+(docs/backends.md).
 This module imports neither torch nor transformers at import time. Failures the user can
 fix raise `ModelError` with a one-line message that names what to do.
 """
@@ -36,6 +38,7 @@ from lsp_server.backends.specs import parse_spec
 log = logging.getLogger(__name__)
 
 BACKENDS = ("auto", "torch", "llama.cpp")  # every list of backend names is this one
+_SAID: set[str] = set()  # why llama.cpp cannot run here, said once per process
 
 
 def choose_backend(backend: str | None, spec: str, device: str | None) -> str:
@@ -49,9 +52,13 @@ def choose_backend(backend: str | None, spec: str, device: str | None) -> str:
         return backend
     if not parse_spec(spec).is_gguf or (device or "auto") not in ("auto", "cpu"):
         return "torch"
-    from lsp_server.backends.llama.library import available
+    from lsp_server.backends.llama.library import problem
 
-    if not available():
+    why = problem()
+    if why is not None:
+        if why not in _SAID:
+            _SAID.add(why)
+            log.warning("running on torch, not llama.cpp: %s", why)
         return "torch"
     if (device or "auto") == "auto":
         import torch

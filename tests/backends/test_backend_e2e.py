@@ -4,7 +4,7 @@ The suites start `ditto-lsp serve --model tiny-random`; with DITTO_BACKEND=llama
 environment the server (and every in-process reference model) runs tiny-random as a GGUF on
 llama.cpp instead (lsp_server/backends/tiny_gguf.py; docs/backends.md). This test runs them in a child
 pytest with that variable, so one `pytest` covers both backends; test_server.py checks that
-`ditto/stats` reports the backend the run chose. Skipped where llama-cpp-python is absent, and
+`ditto/stats` reports the backend the run chose. Skipped where the llama.cpp library cannot run, and
 inside a run that already chose a backend.
 """
 
@@ -25,7 +25,10 @@ SUITES = ["tests/lsp/test_server.py", "tests/lsp/test_faults.py", "tests/lsp/tes
 
 @pytest.mark.skipif(bool(os.environ.get("DITTO_BACKEND")), reason="this run already chose a backend")
 def test_server_editor_fuzz_and_fault_suites_pass_on_llama_cpp():
-    pytest.importorskip("llama_cpp")
+    from lsp_server.backends.llama.library import problem
+
+    if problem():
+        pytest.skip(f"no llama.cpp library: {problem()}")
     env = {**os.environ, "DITTO_BACKEND": "llama.cpp", "OMP_NUM_THREADS": "1",
            "PYTHONPATH": os.pathsep.join([str(ROOT), *filter(None, [os.environ.get("PYTHONPATH")])])}
     r = subprocess.run([sys.executable, "-m", "pytest", "-q", "-rs", "-p", "no:cacheprovider", *SUITES], cwd=ROOT,

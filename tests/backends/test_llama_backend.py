@@ -9,7 +9,6 @@ for both backends in test_engine.py; the Ollama store is tested in test_ollama.p
 from __future__ import annotations
 
 import random
-import sys
 
 import pytest
 import torch
@@ -22,12 +21,13 @@ from lsp_server.backends.loader import choose_backend, load
 from lsp_server.settings import Settings, SettingsError
 from lsp_server.backends.tiny_gguf import write_tiny_gguf
 
-needs_llama = pytest.mark.skipif(not llama_library.available(), reason="llama-cpp-python is not installed")
+needs_llama = pytest.mark.skipif(not llama_library.available(), reason=f"no llama.cpp library: {llama_library.problem()}")
 
 
 @pytest.fixture(scope="module")
 def gguf(tmp_path_factory):
-    pytest.importorskip("llama_cpp")
+    if not llama_library.available():
+        pytest.skip(f"no llama.cpp library: {llama_library.problem()}")
     return write_tiny_gguf(tmp_path_factory.mktemp("gguf") / "tiny.gguf")
 
 
@@ -274,9 +274,9 @@ def test_backend_is_a_setting_that_reloads_the_model():
         Settings().merged({"backend": "onnx"})
 
 
-def test_without_llama_cpp_python_auto_is_torch(monkeypatch):
+def test_without_a_usable_llama_cpp_library_auto_is_torch(monkeypatch):
     monkeypatch.delenv("DITTO_BACKEND", raising=False)
-    monkeypatch.setattr(llama_library, "available", lambda: False)
+    monkeypatch.setattr(llama_library, "problem", lambda: "no library here")
     assert choose_backend("auto", "default", "cpu") == "torch"
 
 
@@ -319,13 +319,17 @@ def test_an_architecture_llama_cpp_does_not_know_is_named(tmp_path):
     assert "does not support the architecture 'nonesuch'" in text and "--backend torch" in text
 
 
-def test_llama_cpp_python_not_installed_says_how_to_install_it(monkeypatch, tmp_path):
+def test_the_wheel_not_installed_says_how_to_install_it(monkeypatch, tmp_path):
+    from lsp_server.backends.llama import binding
+
     path = write_tiny_gguf(tmp_path / "t.gguf")
-    monkeypatch.setitem(sys.modules, "llama_cpp", None)  # import llama_cpp raises ImportError
+    monkeypatch.delenv(binding.LIB_ENV, raising=False)
+    monkeypatch.setattr(binding, "wheel_library", lambda: None)  # as if xllamacpp were not installed
+    monkeypatch.setattr(llama_library, "_LOADED", [])
     with pytest.raises(ModelError) as e:
         load(str(path), backend="llama.cpp")
     text = one_line(e.value)
-    assert "pip install llama-cpp-python==" in text and "--backend torch" in text
+    assert f"pip install {binding.INSTALL}" in text and "--backend torch" in text
 
 
 @needs_llama

@@ -22,7 +22,7 @@ from lsp_server.backends.llama import library as llama_library
 from lsp_server.decoding.types import DecodeOptions
 from lsp_server.decoding.engine import Engine
 
-pytestmark = [pytest.mark.model, pytest.mark.skipif(not llama_library.available(), reason="no llama-cpp-python")]
+pytestmark = [pytest.mark.model, pytest.mark.skipif(not llama_library.available(), reason="no llama.cpp library")]
 
 ROOT = Path(__file__).resolve().parents[2]
 

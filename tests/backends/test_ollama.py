@@ -18,6 +18,7 @@ import pytest
 
 from lsp_server.backends import ollama
 from lsp_server.backends.base import ModelError
+from lsp_server.backends.llama.library import problem as llama_problem
 from lsp_server.backends.tiny_gguf import write_tiny_gguf
 
 ROOT = Path(__file__).resolve().parents[2]
@@ -124,9 +125,10 @@ def test_models_list_shows_the_store(store):
     assert all(f"\n  {who} " in advice for who in ("CPU", "GPU", "Ollama")) and "fill-in-the-middle" in advice
 
 
-llama_cpp = pytest.importorskip("llama_cpp")
+needs_llama = pytest.mark.skipif(bool(llama_problem()), reason=f"no llama.cpp library: {llama_problem()}")
 
 
+@needs_llama
 def test_load_runs_the_blob_on_llama_cpp(store):
     from lsp_server.backends.loader import load
 
@@ -137,6 +139,7 @@ def test_load_runs_the_blob_on_llama_cpp(store):
     assert not list((store.parent / "cache").glob("**/*.gguf"))  # nothing copied
 
 
+@needs_llama
 def test_a_model_without_fim_tokens_is_refused_with_one_line(store):
     from lsp_server.backends.loader import load
 
@@ -146,6 +149,7 @@ def test_a_model_without_fim_tokens_is_refused_with_one_line(store):
     assert "\n" not in text and "chat:latest has no fill-in-the-middle tokens" in text
 
 
+@needs_llama
 def test_complete_from_the_command_line_on_the_store(store, tmp_path):
     src = tmp_path / "a.py"
     src.write_text("def add(a, b):\n    return a + b\n\n\ndef mul(a, b):\n    \n")

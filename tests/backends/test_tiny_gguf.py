@@ -38,23 +38,28 @@ def test_without_fim_and_other_architecture(tmp_path):
 
 def test_llama_cpp_loads_it_and_decodes_as_torch(tmp_path):
     """Same token ids from both tokenizers; same greedy tokens from both runtimes (float32 file)."""
-    llama_cpp = pytest.importorskip("llama_cpp")
-    import numpy as np
+    from lsp_server.backends.llama.library import problem
+
+    if problem():
+        pytest.skip(f"no llama.cpp library: {problem()}")
+    from lsp_server.backends.llama.model import LlamaModel
+    from lsp_server.backends.llama.vocab import GGUFVocab
 
     path = write_tiny_gguf(tmp_path / "t.gguf")
-    llm = llama_cpp.Llama(str(path), n_ctx=256, logits_all=True, verbose=False, n_threads=1)
+    llm = LlamaModel("t", "t", path, threads=1, slots=1, slot_tokens=256)
+    vocab = GGUFVocab(path)
     lm = tiny_random()
     for text in PROMPTS:
         ids = lm.encode(text)
-        assert llm.tokenize(text.encode(), add_bos=False, special=True) == ids
-        cache = lm.new_cache()
+        assert vocab.tokenize(text) == ids
+        cache, theirs = lm.new_cache(), llm.new_cache()
         logits = lm.forward(ids, cache, last=1)
-        llm.reset()
-        llm.eval(ids)
+        scores = llm.forward(ids, theirs, last=1)
         want, got = [], []
         for _ in range(16):
             want.append(int(logits[-1].argmax()))
             logits = lm.forward([want[-1]], cache, last=1)
-            got.append(int(np.argmax(llm.scores[llm.n_tokens - 1])))
-            llm.eval([got[-1]])
+            got.append(int(scores[-1].argmax()))
+            scores = llm.forward([got[-1]], theirs, last=1)
+        llm.release(theirs)
         assert got == want, text

@@ -9,7 +9,6 @@ import urllib.request
 import pytest
 
 pytest.importorskip("xllamacpp")
-pytest.importorskip("llama_cpp")  # tiny_text_gguf reads the tiny model's vocabulary with it
 
 from ditto_bench.engines import LlamaServer, tiny_text_gguf  # noqa: E402
 from ditto_bench.storm import team_storm  # noqa: E402

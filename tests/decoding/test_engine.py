@@ -25,8 +25,11 @@ def lm(request):
     """tiny-random on each backend (llama.cpp: the same weights as a GGUF, lsp_server/backends/tiny_gguf.py)."""
     if request.param == "torch":
         return tiny_random()
-    pytest.importorskip("llama_cpp")
+    from lsp_server.backends.llama.library import problem
     from lsp_server.backends.loader import load
+
+    if problem():
+        pytest.skip(f"no llama.cpp library: {problem()}")
 
     return load("tiny-random", backend="llama.cpp")
 

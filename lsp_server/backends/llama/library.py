@@ -1,6 +1,8 @@
-"""llama-cpp-python itself: whether it is installed, loading its library with llama.cpp's log
-routed to `logging` (never stdout), the AMX build check, and reading a GGUF's metadata and
-load errors as one-line `ModelError`s.
+"""The llama.cpp library as the backend uses it: loaded once per process through Ditto's own binding
+(lsp_server/backends/llama/binding.py: the prebuilt xllamacpp wheel's library, or DITTO_LLAMA_LIB),
+with llama.cpp's log routed to `logging` (never stdout); whether it can run here at all (for
+`--backend auto`); the AMX build check; and a GGUF's metadata and load errors as one-line
+`ModelError`s.
 """
 
 from __future__ import annotations
@@ -8,36 +10,50 @@ from __future__ import annotations
 import collections
 import ctypes
 import logging
+import threading
 from pathlib import Path
 
 from lsp_server.backends.base import (
     ModelError,
 )
+from lsp_server.backends.llama.binding import INSTALL, Library, LibraryError, open_library
 
 log = logging.getLogger(__name__)
 
+_LOADED: list = []  # [Library] once loaded, or [LibraryError] once refused: one try per process
+_LOADING = threading.Lock()
 
 
-INSTALL = "llama-cpp-python==0.3.36"
-_NO_LIBRARY = (f"the llama.cpp backend needs llama-cpp-python: run `.venv/bin/pip install {INSTALL}` "
-               "(it builds from source once, about 20 minutes on 2 cores; pip caches the wheel), or use --backend torch")
+def _lib() -> Library:
+    """The checked library (binding.open_library), loaded on the first call; LibraryError (a
+    ModelError, one line) if it cannot be used here, the same error on every later call."""
+    with _LOADING:
+        if not _LOADED:
+            try:
+                L = open_library()
+            except LibraryError as err:
+                _LOADED.append(err)
+            else:
+                _route_log(L)
+                _LOADED.append(L)
+    got = _LOADED[0]
+    if isinstance(got, LibraryError):
+        raise LibraryError(str(got))
+    return got
+
+
+def problem() -> str | None:
+    """Why the llama.cpp backend cannot run here (one line), or None: what `--backend auto` asks."""
+    try:
+        _lib()
+    except LibraryError as err:
+        return str(err)
+    return None
 
 
 def available() -> bool:
-    """True if llama-cpp-python is installed (without loading its shared library)."""
-    import importlib.util
-
-    return importlib.util.find_spec("llama_cpp") is not None
-
-
-def _lib():
-    try:
-        import llama_cpp
-    except (ImportError, OSError, RuntimeError) as err:  # not installed, or its shared library fails to load
-        detail = "" if isinstance(err, ModuleNotFoundError) else f" ({str(err).splitlines()[0] if str(err) else type(err).__name__})"
-        raise ModelError(_NO_LIBRARY + detail) from None
-    _route_log(llama_cpp)
-    return llama_cpp
+    """True if the llama.cpp library is installed and passes its checks on this machine."""
+    return problem() is None
 
 
 # -- llama.cpp's log -> logging (and the last lines, to explain a failed load) ---------------
@@ -47,12 +63,12 @@ _LOG_CALLBACK = None
 _LEVELS = {2: logging.DEBUG, 3: logging.WARNING, 4: logging.ERROR}  # ggml INFO, WARN, ERROR
 
 
-def _route_log(llama_cpp) -> None:
+def _route_log(L: Library) -> None:
     global _LOG_CALLBACK
     if _LOG_CALLBACK is not None:
         return
 
-    @llama_cpp.llama_log_callback
+    @L.llama_log_callback
     def callback(level, text, _user):
         line = text.decode("utf-8", "replace").rstrip() if text else ""
         if line:
@@ -61,7 +77,7 @@ def _route_log(llama_cpp) -> None:
             log.debug("llama.cpp: %s", line) if level != 4 else log.info("llama.cpp: %s", line)
 
     _LOG_CALLBACK = callback  # keep a reference: llama.cpp calls it from C
-    llama_cpp.llama_log_set(callback, ctypes.c_void_p(0))
+    L.llama_log_set(callback, None)
 
 
 # -- a cache handle ---------------------------------------------------------------------------
@@ -71,32 +87,35 @@ def _route_log(llama_cpp) -> None:
 _AMX_WARNED = []
 
 
-def _built_with_amx(L) -> bool:
-    """True if llama.cpp's CPU library was compiled with AMX tile kernels.
+def _built_with_amx(L: Library) -> bool:
+    """True if llama.cpp's CPU code was compiled with AMX tile kernels.
 
-    Such a build (pip's default `-march=native` on a CPU that has AMX) died with SIGILL in
-    ggml's AMX matrix product on the first quantised prompt pass on the machine Ditto is
-    developed on (a VM), which kills the server. Ditto then turns the extra weight layouts
-    off (AMX and repacked; slower) unless DITTO_LLAMA_EXTRA_BUFFERS=1; the README's install
-    command builds without AMX and keeps the repacked layouts.
+    Such a build (`-march=native` on a CPU that has AMX) died with SIGILL in ggml's AMX matrix
+    product on the first quantised prompt pass on the machine Ditto is developed on (a VM),
+    which kills the server. Ditto then turns the extra weight layouts off (AMX and repacked;
+    slower) unless DITTO_LLAMA_EXTRA_BUFFERS=1. The prebuilt wheel has no AMX kernels; a
+    library of one's own build (DITTO_LLAMA_LIB) may have, in itself or in a libggml-cpu
+    beside it.
     """
     import glob
 
-    libdir = Path(L.__file__).parent / "lib"
-    for path in sorted(glob.glob(str(libdir / "libggml-cpu*.so*")) + glob.glob(str(libdir / "libggml-cpu*.dylib"))):
-        try:
-            fn = ctypes.CDLL(path).ggml_cpu_has_amx_int8
-        except (OSError, AttributeError):
-            continue
-        fn.restype = ctypes.c_int
-        amx = bool(fn())
-        if amx and not _AMX_WARNED:
-            _AMX_WARNED.append(True)
-            log.warning("this llama-cpp-python build has AMX kernels, which crashed on the CPU this was developed on: "
-                        "running without extra weight layouts (slower); reinstall it as the README says, or set "
-                        "DITTO_LLAMA_EXTRA_BUFFERS=1 to use them")
-        return amx
-    return False
+    fn = L.symbol("ggml_cpu_has_amx_int8")
+    if fn is None:
+        for path in sorted(glob.glob(str(L.path.parent / "libggml-cpu*.so*")) +
+                           glob.glob(str(L.path.parent / "libggml-cpu*.dylib"))):
+            try:
+                fn = ctypes.CDLL(path).ggml_cpu_has_amx_int8
+            except (OSError, AttributeError):
+                continue
+            fn.restype = ctypes.c_int
+            break
+    amx = bool(fn()) if fn is not None else False
+    if amx and not _AMX_WARNED:
+        _AMX_WARNED.append(True)
+        log.warning("this llama.cpp build has AMX kernels, which crashed on the CPU this was developed on: "
+                    "running without extra weight layouts (slower); use the prebuilt wheel (%s), or set "
+                    "DITTO_LLAMA_EXTRA_BUFFERS=1 to use them", INSTALL)
+    return amx
 
 
 def _file_type(L, model) -> str:

@@ -28,7 +28,7 @@ def load(ms: ModelSpec, *, device: str | None = None, say: Progress | None = Non
     L = _lib()
     gpu = bool(device and device not in ("auto", "cpu"))
     if gpu and not L.llama_supports_gpu_offload():
-        raise ModelError(f"device {device!r} asked for, but this llama-cpp-python build runs on the CPU only: "
+        raise ModelError(f"device {device!r} asked for, but this llama.cpp library runs on the CPU only: "
                          f"use --device cpu, or --backend torch for the GPU")
     spec = ms.spec
     if ms.kind == "tiny":

@@ -1,7 +1,7 @@
-"""The llama.cpp backend: GGUF models run as they are (quantised), through llama-cpp-python.
+"""The llama.cpp backend: GGUF models run as they are (quantised), on llama.cpp's C API.
 
-Implements the interface of lsp_server/backends/base.py over llama-cpp-python's low-level API
-(one `llama_context`, no `Llama` object):
+Implements the interface of lsp_server/backends/base.py over llama.cpp's low-level C API, as
+Ditto's own binding exposes it (lsp_server/backends/llama/binding.py: one `llama_context`):
 
 - Caches are sequences. The context holds `slots` KV streams of `slot_tokens` cells each
   (`kv_unified = false`: every sequence id has a stream of its own). A cache handle is
@@ -32,8 +32,8 @@ Implements the interface of lsp_server/backends/base.py over llama-cpp-python's 
   as the torch backend's tokenizer parses them); FIM tokens and stop ids are read from
   the GGUF's vocabulary (lsp_server/backends/base.py).
 
-Loading is lsp_server/backends/llama/loading.py; the library and its log,
-library.py; threads, slots and sizes come from the environment through options.py.
+Loading is lsp_server/backends/llama/loading.py; the library and its log, library.py (its
+binding and checks, binding.py); threads, slots and sizes come from the environment through options.py.
 Left out on purpose: decoding (lsp_server/decoding/engine.py), prompts (lsp_server/completion/).
 """
 

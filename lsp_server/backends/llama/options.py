@@ -7,7 +7,9 @@
 - DITTO_LLAMA_FLASH_ATTN=1: flash attention on (off by default: on the CPU it made logits depend
   on how a prompt was split into passes);
 - DITTO_LLAMA_EXTRA_BUFFERS: 0 or 1 forces the repacked / AMX weight layouts off or on (default:
-  off only for a build with AMX kernels, lsp_server/backends/llama/library.py).
+  off only for a build with AMX kernels, lsp_server/backends/llama/library.py);
+- DITTO_LLAMA_LIB: the path of a llama.cpp library of one's own build (libllama.so of b11549) to
+  load instead of the xllamacpp wheel's (lsp_server/backends/llama/binding.py).
 """
 
 from __future__ import annotations
@@ -24,6 +26,7 @@ class LlamaOptions:
     block: int = 32
     flash_attn: bool = False
     extra_buffers: bool | None = None  # None: decided by the build (AMX or not)
+    library: str | None = None  # None: the xllamacpp wheel's
 
     @classmethod
     def from_env(cls, env=None) -> "LlamaOptions":
@@ -32,4 +35,5 @@ class LlamaOptions:
         return cls(threads=int(env["DITTO_LLAMA_THREADS"]) if env.get("DITTO_LLAMA_THREADS") else None,
                    slots=int(env.get("DITTO_LLAMA_SLOTS") or 3), slot_tokens=int(env.get("DITTO_LLAMA_CTX") or 4096),
                    block=int(env.get("DITTO_LLAMA_BLOCK") or 32), flash_attn=env.get("DITTO_LLAMA_FLASH_ATTN", "0") == "1",
-                   extra_buffers=None if extra is None else extra != "0")
+                   extra_buffers=None if extra is None else extra != "0",
+                   library=(env.get("DITTO_LLAMA_LIB") or "").strip() or None)

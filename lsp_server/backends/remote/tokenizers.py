@@ -4,7 +4,6 @@ again itself). Never downloads.
 
 from __future__ import annotations
 
-import ctypes
 import json
 import logging
 import re
@@ -74,25 +73,18 @@ class GGUFTokenizer:
     """
 
     def __init__(self, path: Path):
-        try:
-            import llama_cpp
-        except ImportError:
-            raise ModelError(f"reading the tokenizer of {path.name} needs llama-cpp-python: pip install "
-                             "llama-cpp-python, or name a tokenizer.json") from None
-        try:
-            self._llm = llama_cpp.Llama(str(path), vocab_only=True, verbose=False)
-        except Exception as err:  # llama.cpp raises ValueError / RuntimeError for unreadable files
-            raise ModelError(f"cannot read the vocabulary of {path.name}: {err}") from None
+        from lsp_server.backends.llama.vocab import GGUFVocab  # Ditto's llama.cpp binding (the xllamacpp wheel)
+
+        self._vocab = GGUFVocab(path)  # ModelError (one line) if the library or the file cannot be read
         self.source = str(path)
-        self._lib = llama_cpp
         self._pieces: dict[int, bytes] = {}
         vocab = self.vocabulary()
         self.fim = find_fim_tokens(vocab)
-        eos = [int(self._llm.token_eos()), int(llama_cpp.llama_vocab_eot(self._llm._model.vocab))]
+        eos = [self._vocab.eos, self._vocab.eot]
         self.stop_ids = stop_token_ids(vocab, [t for t in eos if t >= 0], self.fim)
 
     def encode(self, text: str) -> list[int]:
-        return self._llm.tokenize(text.encode("utf-8"), add_bos=False, special=True) if text else []
+        return self._vocab.tokenize(text, special=True)
 
     def decode(self, ids: Sequence[int]) -> str:
         return b"".join(self._piece(int(t)) for t in ids).decode("utf-8", errors="replace")
@@ -100,23 +92,17 @@ class GGUFTokenizer:
     def _piece(self, tid: int) -> bytes:
         piece = self._pieces.get(tid)
         if piece is None:
-            buf = ctypes.create_string_buffer(256)
-            n = self._lib.llama_token_to_piece(self._llm._model.vocab, tid, buf, 256, 0, True)
-            if n < 0:
-                buf = ctypes.create_string_buffer(-n)
-                n = self._lib.llama_token_to_piece(self._llm._model.vocab, tid, buf, -n, 0, True)
-            piece = self._pieces[tid] = buf.raw[:max(n, 0)]
+            piece = self._pieces[tid] = self._vocab.piece(tid, special=True)
         return piece
 
     def token_text(self, tid: int) -> str:
         return self.decode([tid])
 
     def vocabulary(self) -> dict[str, int]:
-        n = self._llm.n_vocab()
-        return {self._llm._model.token_get_text(i): i for i in range(n)}
+        return {self._vocab.text(i): i for i in range(self._vocab.n_tokens)}
 
     def special_ids(self) -> dict[str, int | None]:
-        return {"eos_token_id": int(self._llm.token_eos())}
+        return {"eos_token_id": self._vocab.eos}
 
 
 class CharTokenizer:
