@@ -90,7 +90,7 @@ def _versions() -> dict:
     from importlib import metadata
 
     out = {"python": platform.python_version()}
-    for pkg in ("torch", "transformers", "llama-cpp-python", "ditto-lsp"):
+    for pkg in ("torch", "transformers", "xllamacpp", "ditto-lsp"):
         try:
             out[pkg] = metadata.version(pkg)
         except metadata.PackageNotFoundError:

@@ -364,9 +364,10 @@ def main(argv=None) -> int:
     g.add_argument("--clients", type=int, default=None, help="run the team storm with this many clients")
     g.add_argument("--engine", default=None, metavar="tiny|FILE.gguf",
                    help="start an engine on 127.0.0.1 with this GGUF (tiny: the tiny test model) and point --model at it")
-    g.add_argument("--server", default="llama-cpp-python", choices=["llama-cpp-python", "llama-server"],
-                   help="which engine --engine starts: llama-cpp-python's server (default) or llama.cpp's own "
-                        "llama-server (the xllamacpp wheel), each in its own process")
+    g.add_argument("--server", default="llama-server", choices=["llama-server", "llama-cpp-python"],
+                   help="which engine --engine starts: llama.cpp's own llama-server (the xllamacpp wheel, installed "
+                        "with the tests; default) or llama-cpp-python's server (needs `pip install "
+                        "'llama-cpp-python[server]'`, a source build), each in its own process")
     g.add_argument("--remote", default=None, metavar="JSON", help="the clients' `remote` setting (headers, TLS)")
     g.add_argument("--kill-engine-at", type=float, default=None, metavar="F",
                    help="kill the --engine once client 0 typed this fraction of its keys, then restart it")

@@ -39,7 +39,8 @@ ONLY_IN = {
     "pygls": ("lsp_server.lsp",),
     "lsprotocol": ("lsp_server.lsp",),
     "transformers": ("lsp_server.backends", "ditto_bench"),
-    "llama_cpp": ("lsp_server.backends", "ditto_bench"),
+    "llama_cpp": ("lsp_server.backends", "ditto_bench"),  # llama-cpp-python: the optional server in engines.py
+    "xllamacpp": ("lsp_server.backends", "ditto_bench"),
     "support": (),  # tests/support: the tests' own engine and helpers
     "tests": (),
 }
@@ -183,6 +184,8 @@ PRIVATE_ALLOWED = {
     ("lsp_server.lsp.protocol", "_request_futures"), ("lsp_server.lsp.protocol", "_server"),
     ("lsp_server.lsp.protocol", "_send_response"), ("lsp_server.lsp.protocol", "_execute_handler"),
     ("lsp_server.commands.serve", "_exit"),  # os._exit: leave without finalization (serve.py says why)
+    # ctypes has no public name for the types of its pointers and function pointers.
+    ("lsp_server.backends.llama.binding", "_Pointer"), ("lsp_server.backends.llama.binding", "_CFuncPtr"),
     # transformers names its attention switch `config._attn_implementation`; it has no public setter.
     ("lsp_server.backends.torch.model", "_attn_implementation"),
 }

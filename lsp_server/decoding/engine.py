@@ -13,15 +13,8 @@ target pass feeds [seq[-1]] + draft (k + 1 tokens) and gets k + 1 rows of logits
 is the target's distribution for the token after input i. After acceptance the cache is
 cropped to exactly the accepted prefix, so the invariant holds again.
 
-Acceptance rules (Leviathan et al. 2023), written next to their code in `accept`:
-- greedy: a draft token survives while it equals the target's argmax; the argmax at the
-  first mismatch (or after the last draft token) is appended for free;
-- sampling, deterministic draft (n-gram, q one-hot on d): accept d with probability p(d);
-  on rejection sample from p with d removed and renormalised; bonus token from p;
-- sampling, draft model with distribution q: accept with min(1, p(d)/q(d)); on rejection
-  sample from norm(max(p - q, 0)).
-Temperature, top-k and top-p are applied to p before the rule. Drafting off (k = 0) is the
-same loop with empty drafts: the reference every speculative result must equal.
+Acceptance rules (Leviathan et al. 2023): accept.py, next to their code. Drafting off (k = 0) is
+the same loop with empty drafts: the reference every speculative result must equal.
 
 Every model pass goes through `_forward`, which counts a pass begun after `cancel` was set
 (`Stats.stale_passes`) and calls the engine's optional `hooks` (lsp_server/decoding/types.py
@@ -46,8 +39,8 @@ from typing import Callable, Sequence
 import torch
 
 from drafters.base import Drafter, Proposal
-from drafters.probs import filtered_probs
 from drafters.speculation import Speculation, measure_pass_costs
+from lsp_server.decoding.accept import accept
 from lsp_server.decoding.healing import Healing
 from lsp_server.decoding.types import (
     Cancelled,
@@ -285,45 +278,6 @@ class Engine:
         state.ids.extend(draft)
         return logits
 
-    @staticmethod
-    def accept(logits: torch.Tensor, proposal: Proposal, opts: DecodeOptions,
-               gen: torch.Generator | None) -> tuple[int, int]:
-        """Apply the acceptance rule; returns (drafts accepted, token appended after them).
-
-        logits: [k + 1, V]; proposal.tokens: k ids; proposal.probs: None (one-hot q) or
-        k distributions [V] from a draft model.
-        """
-        draft = proposal.tokens
-        if opts.greedy:
-            # Greedy: keep drafts while they equal the target's argmax; the argmax at the
-            # first mismatch (or after the last draft) comes for free.
-            target = logits.argmax(dim=-1).tolist()
-            n = 0
-            while n < len(draft) and draft[n] == target[n]:
-                n += 1
-            return n, target[n]
-        p = filtered_probs(logits, opts.temperature, opts.top_k, opts.top_p)  # [k + 1, V]
-        for i, d in enumerate(draft):
-            if proposal.probs is None:
-                # q one-hot on d: accept with probability min(1, p(d) / 1) = p(d) ...
-                ratio = float(p[i, d])
-                residual = p[i].clone()
-                residual[d] = 0.0  # ... else sample from p without d, renormalised.
-            else:
-                q = proposal.probs[i].to(p.device, torch.float32)
-                # General rule: accept with min(1, p(d) / q(d)) ...
-                ratio = float(p[i, d] / q[d]) if float(q[d]) > 0 else 1.0
-                residual = torch.clamp(p[i] - q, min=0.0)  # ... else sample from norm(max(p - q, 0)).
-            u = float(torch.rand((), generator=gen))
-            if u < ratio:
-                continue
-            total = float(residual.sum())
-            if total <= 0.0:  # p == q up to rounding: the rejection had probability ~0
-                residual = p[i]
-            return i, int(torch.multinomial(residual, 1, generator=gen))
-        # Every draft accepted: one bonus token from the target's next distribution.
-        return len(draft), int(torch.multinomial(p[len(draft)], 1, generator=gen))
-
     # -- the loop -----------------------------------------------------------------------
     def generate(
         self,
@@ -462,7 +416,7 @@ class Engine:
             logits = self.verify(state, seq, draft, call)
             if rest is not None:  # token healing: the same mask whatever the pass shape (healing.py)
                 logits = constraint.mask(logits, rest, draft)
-            n_acc, token = self.accept(logits, proposal, opts, gen)
+            n_acc, token = accept(logits, proposal, opts, gen)
             if tie and draft:
                 top = logits[: n_acc + 1].float().topk(2, dim=-1).values
                 close = ((top[:, 0] - top[:, 1]) < tie).nonzero()

@@ -24,7 +24,7 @@ _LOADED: list = []  # [Library] once loaded, or [LibraryError] once refused: one
 _LOADING = threading.Lock()
 
 
-def _lib() -> Library:
+def lib() -> Library:
     """The checked library (binding.open_library), loaded on the first call; LibraryError (a
     ModelError, one line) if it cannot be used here, the same error on every later call."""
     with _LOADING:
@@ -45,7 +45,7 @@ def _lib() -> Library:
 def problem() -> str | None:
     """Why the llama.cpp backend cannot run here (one line), or None: what `--backend auto` asks."""
     try:
-        _lib()
+        lib()
     except LibraryError as err:
         return str(err)
     return None
@@ -58,7 +58,7 @@ def available() -> bool:
 
 # -- llama.cpp's log -> logging (and the last lines, to explain a failed load) ---------------
 
-_LOG_TAIL: collections.deque[str] = collections.deque(maxlen=40)
+LOG_TAIL: collections.deque[str] = collections.deque(maxlen=40)
 _LOG_CALLBACK = None
 _LEVELS = {2: logging.DEBUG, 3: logging.WARNING, 4: logging.ERROR}  # ggml INFO, WARN, ERROR
 
@@ -72,7 +72,7 @@ def _route_log(L: Library) -> None:
     def callback(level, text, _user):
         line = text.decode("utf-8", "replace").rstrip() if text else ""
         if line:
-            _LOG_TAIL.append(line)
+            LOG_TAIL.append(line)
             # llama.cpp reports at WARN what Ditto handles itself; keep its chatter at debug.
             log.debug("llama.cpp: %s", line) if level != 4 else log.info("llama.cpp: %s", line)
 
@@ -87,7 +87,7 @@ def _route_log(L: Library) -> None:
 _AMX_WARNED = []
 
 
-def _built_with_amx(L: Library) -> bool:
+def built_with_amx(L: Library) -> bool:
     """True if llama.cpp's CPU code was compiled with AMX tile kernels.
 
     Such a build (`-march=native` on a CPU that has AMX) died with SIGILL in ggml's AMX matrix
@@ -118,7 +118,7 @@ def _built_with_amx(L: Library) -> bool:
     return amx
 
 
-def _file_type(L, model) -> str:
+def file_type(L, model) -> str:
     buf = ctypes.create_string_buffer(64)
     n = L.llama_model_meta_val_str(model, b"general.file_type", buf, 64)
     try:
@@ -142,7 +142,7 @@ def _architecture(path: Path) -> str | None:
         return None
 
 
-def _load_error(path: Path, tail: list[str]) -> ModelError:
+def load_error(path: Path, tail: list[str]) -> ModelError:
     text = " | ".join(tail)
     if "unknown model architecture" in text:
         arch = _architecture(path) or "?"

@@ -14,7 +14,7 @@ from lsp_server.backends.base import (
     ModelError,
     Progress,
 )
-from lsp_server.backends.llama.library import _lib, check_gguf_file
+from lsp_server.backends.llama.library import lib, check_gguf_file
 from lsp_server.backends.llama.model import LlamaModel
 from lsp_server.backends.packaged import PACKAGED, TINY, packaged_gguf
 from lsp_server.backends.specs import ModelSpec
@@ -25,7 +25,7 @@ log = logging.getLogger(__name__)
 def load(ms: ModelSpec, *, device: str | None = None, say: Progress | None = None) -> LlamaModel:
     """Load a GGUF-backed spec (lsp_server/backends/specs.py) on llama.cpp."""
     say = say or (lambda msg, frac: None)
-    L = _lib()
+    L = lib()
     gpu = bool(device and device not in ("auto", "cpu"))
     if gpu and not L.llama_supports_gpu_offload():
         raise ModelError(f"device {device!r} asked for, but this llama.cpp library runs on the CPU only: "

@@ -58,7 +58,7 @@ from lsp_server.backends.base import (
     find_fim_tokens,
     stop_token_ids,
 )
-from lsp_server.backends.llama.library import _LOG_TAIL, _built_with_amx, _file_type, _lib, _load_error
+from lsp_server.backends.llama.library import LOG_TAIL, built_with_amx, file_type, lib, load_error
 from lsp_server.backends.llama.options import LlamaOptions
 
 log = logging.getLogger(__name__)
@@ -123,7 +123,7 @@ class LlamaModel(TensorBackend):
 
     def __init__(self, spec: str, name: str, path: Path, *, threads: int | None = None, slots: int | None = None,
                  slot_tokens: int | None = None, gpu: bool = False):
-        L = _lib()
+        L = lib()
         self._L = L
         self.spec, self.name, self.path = spec, name, Path(path)
         self.load_seconds = 0.0
@@ -134,12 +134,12 @@ class LlamaModel(TensorBackend):
         self._model = self._ctx = None
         mp = L.llama_model_default_params()
         mp.n_gpu_layers = -1 if gpu else 0
-        if opt.extra_buffers is False or (opt.extra_buffers is None and _built_with_amx(L)):
-            mp.use_extra_bufts = False  # no repacked / AMX weight layouts (see _built_with_amx)
-        _LOG_TAIL.clear()
+        if opt.extra_buffers is False or (opt.extra_buffers is None and built_with_amx(L)):
+            mp.use_extra_bufts = False  # no repacked / AMX weight layouts (see built_with_amx)
+        LOG_TAIL.clear()
         self._model = self._native.model = L.llama_model_load_from_file(str(self.path).encode(), mp)
         if not self._model:
-            raise _load_error(self.path, list(_LOG_TAIL))
+            raise load_error(self.path, list(LOG_TAIL))
         self._vocab = L.llama_model_get_vocab(self._model)
         n_train = int(L.llama_model_n_ctx_train(self._model)) or 4096
         self.slots = max(1, int(slots or opt.slots))
@@ -160,10 +160,10 @@ class LlamaModel(TensorBackend):
         cp.flash_attn_type = getattr(L, "LLAMA_FLASH_ATTN_TYPE_ENABLED" if self.flash_attn
                                      else "LLAMA_FLASH_ATTN_TYPE_DISABLED")
         cp.no_perf = True
-        _LOG_TAIL.clear()
+        LOG_TAIL.clear()
         self._ctx = self._native.ctx = L.llama_init_from_model(self._model, cp)
         if not self._ctx:
-            tail = next((l for l in reversed(_LOG_TAIL) if l.strip()), "no reason given")
+            tail = next((l for l in reversed(LOG_TAIL) if l.strip()), "no reason given")
             raise ModelError(f"llama.cpp could not make a context for {self.name} ({tail}): "
                              f"lower DITTO_LLAMA_SLOTS or DITTO_LLAMA_CTX, or free memory")
         self.slot_tokens = int(L.llama_n_ctx_seq(self._ctx)) or self.slot_tokens
@@ -186,7 +186,7 @@ class LlamaModel(TensorBackend):
         self.fim = find_fim_tokens(named) or find_fim_tokens(self.vocabulary())
         eos = [int(L.llama_vocab_eos(self._vocab)), int(L.llama_vocab_eot(self._vocab))]
         self.stop_ids = stop_token_ids(named, [t for t in eos if t >= 0], self.fim)
-        self.dtype = _file_type(L, self._model)
+        self.dtype = file_type(L, self._model)
 
     def close(self) -> None:
         """Free the context and the weights now (otherwise when the last reference goes)."""

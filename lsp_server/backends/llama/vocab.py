@@ -13,21 +13,21 @@ import ctypes
 from pathlib import Path
 
 from lsp_server.backends.base import ModelError
-from lsp_server.backends.llama.library import _LOG_TAIL, _lib
+from lsp_server.backends.llama.library import LOG_TAIL, lib
 
 
 class GGUFVocab:
     """The vocabulary of one GGUF file; freed with the object (or `close`)."""
 
     def __init__(self, path: str | Path):
-        L = self._L = _lib()
+        L = self._L = lib()
         self.path = Path(path)
         mp = L.llama_model_default_params()
         mp.vocab_only = True
-        _LOG_TAIL.clear()
+        LOG_TAIL.clear()
         self._model = L.llama_model_load_from_file(str(self.path).encode(), mp)
         if not self._model:
-            reason = next((l for l in reversed(_LOG_TAIL) if "error" in l.lower()), "llama.cpp could not read it")
+            reason = next((l for l in reversed(LOG_TAIL) if "error" in l.lower()), "llama.cpp could not read it")
             raise ModelError(f"cannot read the vocabulary of {self.path.name}: {reason}")
         self._vocab = L.llama_model_get_vocab(self._model)
         self.n_tokens = int(L.llama_vocab_n_tokens(self._vocab))
