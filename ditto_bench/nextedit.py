@@ -94,10 +94,15 @@ def run_case(case: Case, proposers: dict[str, object]) -> list[dict]:
     records = []
     for name, proposer in proposers.items():
         t0 = time.perf_counter()
+        rewriter = getattr(proposer, "rewriter", proposer if hasattr(proposer, "rewrite") else None)
+        if rewriter is not None:
+            rewriter.spent = []
         edit = proposer.propose(history.groups(), case.path, text, cursor, others)
         ms = (time.perf_counter() - t0) * 1000
         rec = {"case": case.id, "kind": case.kind, "system": name, "tts_ms": round(ms, 3), "shown": edit is not None,
                "location": False, "exact": False, "remaining_units": remaining}
+        if rewriter is not None and rewriter.spent:  # every rewrite the call ran, shown or not
+            rec["model"] = _summed(rewriter.spent)
         if edit is not None:
             doc, target = targets.get(edit.uri, (None, None))
             if doc is not None:
@@ -105,10 +110,15 @@ def run_case(case: Case, proposers: dict[str, object]) -> list[dict]:
             rec.update({"uri": edit.uri, "other_file": edit.uri != case.path,
                         "line": (doc or "").count("\n", 0, edit.start),
                         "old_text": edit.old_text, "new_text": edit.new_text, "why": edit.why})
-            if getattr(edit, "stats", None):
-                rec["stats"] = edit.stats
+            if edit.stats:
+                rec["stats"] = {k: v for k, v in edit.stats.items() if k != "ids"}
         records.append(rec)
     return records
+
+
+def _summed(spent: list[dict]) -> dict:
+    keys = ("generated", "passes", "drafted", "accepted", "prompt_tokens", "prefill_tokens", "ms")
+    return {"rewrites": len(spent), **{k: round(sum(s[k] for s in spent), 1) for k in keys}}
 
 
 def summarise(records: list[dict], default: str = DEFAULT) -> dict:
@@ -124,10 +134,18 @@ def _group(rs: list[dict]) -> dict:
     shown = sum(r["shown"] for r in rs)
     exact = sum(r["exact"] for r in rs)
     times = [r["tts_ms"] for r in rs]
-    return {"n": len(rs), "shown": shown, "location": sum(r["location"] for r in rs), "exact": exact,
-            "shown_wrong": shown - exact, "exact_rate": round(exact / len(rs), 4) if rs else None,
-            "precision": round(exact / shown, 4) if shown else None,
-            "tts_ms_p50": percentile(times, 50, 3), "tts_ms_p95": percentile(times, 95, 3)}
+    out = {"n": len(rs), "shown": shown, "location": sum(r["location"] for r in rs), "exact": exact,
+           "shown_wrong": shown - exact, "exact_rate": round(exact / len(rs), 4) if rs else None,
+           "precision": round(exact / shown, 4) if shown else None,
+           "tts_ms_p50": percentile(times, 50, 3), "tts_ms_p95": percentile(times, 95, 3)}
+    model = [r["model"] for r in rs if r.get("model")]
+    if model:  # the calls that ran the model (a rewrite): its time and passes
+        generated, passes = sum(m["generated"] for m in model), sum(m["passes"] for m in model)
+        out.update({"model_calls": len(model), "model_ms_p50": percentile([m["ms"] for m in model], 50, 1),
+                    "model_ms_p95": percentile([m["ms"] for m in model], 95, 1),
+                    "tokens_per_pass": round(generated / passes, 3) if passes else None,
+                    "drafts_accepted": round(sum(m["accepted"] for m in model) / max(1, sum(m["drafted"] for m in model)), 4)})
+    return out
 
 
 def table(summary: dict) -> str:
@@ -142,6 +160,12 @@ def table(summary: dict) -> str:
             rows.append(f"| {system}{' (default)' if system == summary.get('default') else ''} | {kind} | {g['n']} | "
                         f"{g['shown']} | {g['location']} | {g['exact']} ({_pct(g['exact_rate'])}) | {g['shown_wrong']} | "
                         f"{ratio} | {_ms(g['tts_ms_p50'])} / {_ms(g['tts_ms_p95'])} |")
+    model = [(s, v["all"]) for s, v in summary.items() if s != "default" and v["all"].get("model_calls")]
+    if model:
+        rows += ["", "| proposer | calls that ran the model | model time p50 / p95 (ms) | tokens per pass "
+                     "(the region as the draft) | drafted tokens accepted |", "|---|---|---|---|---|"]
+        rows += [f"| {s} | {g['model_calls']} | {_ms(g['model_ms_p50'])} / {_ms(g['model_ms_p95'])} | "
+                 f"{g['tokens_per_pass']} | {_pct(g['drafts_accepted'])} |" for s, g in model]
     return "\n".join(rows)
 
 
@@ -192,18 +216,19 @@ def proposers(names: list[str], args=None) -> tuple[dict, dict]:
         from lsp_server.nextedit.rewrite import Rewriter
 
         lm = load_model(args)
-        rewriter = Rewriter(lm, draft=not getattr(args, "no_draft", False))
+        rewriter = Rewriter(lm, format=getattr(args, "rewrite_format", "chat"))
         where = lm.describe()
-        meta = {"model": lm.name, "backend": where["backend"], "device": where["device"], "dtype": where["dtype"]}
+        meta = {"model": lm.name, "backend": where["backend"], "device": where["device"], "dtype": where["dtype"],
+                "threads": where.get("threads"), "rewrite_format": rewriter.format}
     for n in names:
         if n == "propagate":
             out[n] = Propagator()
         elif n == "rewrite":
             out[n] = rewriter
         elif n == "both":
-            from lsp_server.nextedit.rewrite import Combined
+            from lsp_server.nextedit.rewrite import Checked
 
-            out[n] = Combined(Propagator(), rewriter)
+            out[n] = Checked(Propagator(), rewriter)
         else:
             raise SystemExit(f"ditto-lsp: error: next-edit proposers are {', '.join(SYSTEMS)} (got {n!r})")
     return out, meta

@@ -4,14 +4,16 @@ The lines an edit touched, before and after it (learn.py `Edit`), less the lines
 it left as they were, are a template:
 - lines changed into others: a place is a run of lines equal to the old ones (blanks at the line
   starts aside, relative indentation kept), and, for one line changed, a line that differs from the
-  old one in one name only (a sibling, in code: `if fg:` and `if bg:`; not a number, not the name a
-  `def` or `class` defines), that name kept where the user's new line has it;
+  old one in one word only (a sibling, in code: `exit_code = 1` and `exit_code = 2`; not a keyword,
+  a builtin type or the name a `def` or `class` defines; and only where at most `MAX_SIBLINGS` lines
+  are siblings), that word kept where the user's new line has it;
 - lines deleted: a place is a run of lines equal to them, deleted there too (not where the lines
   leave a bracket open or close one they did not open: that is the first step of a bigger change);
 - lines only inserted: no template (nothing tells where else they would go).
 A template names something (`informative`) and has three tokens at least; its places are in the same
 kind of text (code, comment, string) as the edit. This catches what token changes cannot: an
-insertion next to a word that differs (`if bg:` -> `if bg is not None:`), deleted comment lines.
+insertion next to a word that differs (`exit_code = 2` -> `exit_code: t.ClassVar[int] = 2`), deleted
+comment lines.
 
 Left out on purpose: choosing among places (propagate.py), LSP.
 """
@@ -21,10 +23,13 @@ from __future__ import annotations
 import re
 
 from lsp_server.completion.stops import open_brackets
-from lsp_server.nextedit.learn import TOKEN, Edit, Kinds, Place, informative
+from lsp_server.nextedit.learn import _PLAIN, CONTEXT, TOKEN, WINDOW, Edit, Kinds, Place, informative
 
 MAX_LINES = 8  # templates of more lines are new code
 MIN_TOKENS = 3
+MAX_SIBLINGS = 8  # a template with more sibling lines than this proposes none of them
+# Words a sibling line may not differ in: keywords and builtin types are one of many, not a family.
+COMMON = _PLAIN | {"int", "str", "bool", "float", "bytes", "list", "dict", "set", "tuple", "object", "type", "Any"}
 WORD = re.compile(r"\w+")
 
 
@@ -62,27 +67,60 @@ def line_places(edit: Edit, uri: str, text: str, kinds: Kinds) -> list[Place]:
     first = next(x for x in old if x.strip())
     skip = old.index(first)
     out = []
+    # The tokens around the user's lines (unchanged by the edit), to count how much a place's surroundings agree.
+    mine_end = offset + len("\n".join(new))
+    before = TOKEN.findall(text, max(0, offset - WINDOW), offset)[-CONTEXT:]
+    after = TOKEN.findall(text, mine_end, mine_end + WINDOW)[:CONTEXT]
     pattern = re.compile(r"(?m)^([ \t]*)" + re.escape(first.strip()) + r"[ \t]*$")
     for m in pattern.finditer(text):
         start = m.start() - sum(len(x) + 1 for x in old[:skip])
         if start < 0 or kinds.at(m.start(1) + len(m.group(1))) != kind:
             continue
-        block = text[start:].split("\n", len(old))[: len(old)]
+        block = _lines(text, start, len(old))
         if len(block) < len(old):
             continue
         here = m.group(1)
         if any(_reindent(x, base, here) != y.rstrip() for x, y in zip(old, block)):
             continue
         end = start + sum(len(x) + 1 for x in block) - 1
+        left = _agree(before[::-1], TOKEN.findall(text, max(0, start - WINDOW), start)[::-1])
+        right = _agree(after, TOKEN.findall(text, end, end + WINDOW))
         if new:
-            out.append(Place(uri, start, end, "\n".join(_reindent(x, base, here) for x in new), None,
+            out.append(Place(uri, start, end, "\n".join(_reindent(x, base, here) for x in new), None, left, right,
                              why="lines: " + " / ".join(x.strip() for x in old)[:80]))
         else:  # deleted lines go with their line breaks
-            out.append(Place(uri, start, min(len(text), end + 1), "", None,
+            out.append(Place(uri, start, min(len(text), end + 1), "", None, left, right,
                              why="delete lines: " + " / ".join(x.strip() for x in old)[:80]))
-    if len(old) == 1 and len(new) == 1:
-        out += _siblings(old[0], new[0], uri, text, kinds, kind)
+    values = edit.changes and all(c.removed and c.added and all(_literal(t) for t in c.removed + c.added)
+                                  for c in edit.changes)
+    if len(old) == 1 and len(new) == 1 and not values:  # one value for another is data: identical lines only
+        siblings = _siblings(old[0], new[0], uri, text, kinds, kind)
+        if len(siblings) <= MAX_SIBLINGS:  # more: the line is a common shape, not a family the user is going through
+            out += siblings
     return out
+
+
+def _literal(token: str) -> bool:
+    return token in ("True", "False", "None") or token[0].isdigit() or token in "\"'"
+
+
+def _lines(text: str, start: int, n: int) -> list[str]:
+    """The n lines of `text` from offset `start` (fewer at its end)."""
+    out = []
+    while len(out) < n and start <= len(text):
+        end = text.find("\n", start)
+        end = len(text) if end < 0 else end
+        out.append(text[start:end])
+        start = end + 1
+    return out
+
+
+def _agree(a: list[str], b: list[str]) -> int:
+    """How many tokens two sequences share from their start."""
+    n = 0
+    while n < len(a) and n < len(b) and a[n] == b[n]:
+        n += 1
+    return n
 
 
 def _closes(text: str) -> bool:
@@ -126,8 +164,8 @@ def _siblings(old: str, new: str, uri: str, text: str, kinds: Kinds, kind: str) 
     lead = len(old) - len(old.lstrip(" \t"))
     out = []
     for k, (tok, a, b) in enumerate(ot):
-        if k not in kept or not WORD.fullmatch(tok) or tok[0].isdigit() or (k and ot[k - 1][0] in ("def", "class")):
-            continue  # a number is data, a definition's name another definition
+        if k not in kept or not WORD.fullmatch(tok) or (k and ot[k - 1][0] in ("def", "class")) or tok in COMMON:
+            continue  # a definition's name is another definition, a builtin type one of many
         rest = [t for i, (t, _, _) in enumerate(ot) if i != k]
         if not informative(rest) and len(rest) < 4:
             continue
@@ -135,7 +173,7 @@ def _siblings(old: str, new: str, uri: str, text: str, kinds: Kinds, kind: str) 
                              re.escape(strip[b - lead :]) + r"[ \t]*$")
         for m in pattern.finditer(text):
             word = m.group(2)
-            if word == tok or word[0].isdigit():
+            if word == tok or word[0].isdigit() != tok[0].isdigit() or word in COMMON:
                 continue
             if kinds.at(m.start(1) + len(m.group(1))) != "code":
                 continue

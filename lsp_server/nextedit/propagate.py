@@ -6,7 +6,7 @@ No model. A token-level `Change` applies at a place of an open document where th
 - a renamed identifier that is distinctive (`distinctive`: `KeepOpenFile`, `get_binary_stream`)
   needs nothing more (in a string or comment only where the user's edit was in one too); a plain
   word (`text`, `name`) needs three tokens of context;
-- a change removing a name needs three tokens of context;
+- a change removing a name needs three tokens of context (an attribute: its object and the dot);
 - the rest (an insertion, punctuation, numbers, keywords) needs four tokens of context on one side,
   two on the other and a line like the user's (`SIMILAR_LINE`);
 and on a line every change of the edit must apply (`_whole`; unless the edit is only renames of
@@ -32,11 +32,12 @@ from difflib import SequenceMatcher
 from lsp_server.nextedit.history import EditGroup
 from lsp_server.nextedit.learn import TOKEN, WINDOW, Change, Edit, Kinds, Place, _dotted, _line_at, _lex, \
     distinctive, edits, informative, is_rename
-from lsp_server.nextedit.lines import line_places
+from lsp_server.nextedit.lines import _literal, line_places
 from lsp_server.nextedit.types import NextEdit
 
 EDITS = 3  # the user's newest edits learnt from
 MAX_HITS = 2000  # places of one change looked at in one document at most
+MAX_INSERTIONS = 4  # an insertion that applies on more lines than this applies nowhere (`_few`)
 SIMILAR_LINE = 0.8  # an insertion or a change of punctuation applies on lines this like the user's
 
 
@@ -52,7 +53,11 @@ def accepts(c: Change, left: int, right: int, kind: str, line: tuple[str, ...]) 
         return kind == "code" or kind == c.kind  # a name changed in a docstring may be changed in code
     if kind != c.kind or c.kind != "code":
         return False  # in strings and comments (data, prose) only names and whole lines (lines.py) carry over
+    if c.removed and c.added and all(_literal(t) for t in c.removed + c.added):
+        return False  # one value for another (True -> False, 1 -> 2): data, changed where it is wrong
     if c.removed and informative(c.removed):
+        if c.dotted and left >= 2:
+            return True  # the same attribute of the same object (`ctx.session`)
         return left + right >= 3
     return (max(left, right) >= 4 and min(left, right) >= 2 and
             SequenceMatcher(None, c.line, line, autojunk=False).ratio() >= SIMILAR_LINE)
@@ -97,11 +102,14 @@ def _match_at(c: Change, text: str, a: int, b: int) -> tuple[int, int, int] | No
         return None
     else:
         start = lo + c.at
-    if text[start : start + len(c.old)] != c.old or _dotted(text, start) != c.dotted:
-        return None  # not the same text, or an attribute where the user changed a name (or the reverse)
+    if text[start : start + len(c.old)] != c.old or (_dotted(text, start) != c.dotted and not free(c)):
+        return None  # not the same text, or an attribute where the user changed a plain name (or the reverse)
     end = start + len(c.old)
-    if (c.new[:1].isalnum() or c.new[:1] == "_") and start > 0 and _word(text[start - 1]) and not _word(c.old[:1]) or \
-            (c.new[-1:].isalnum() or c.new[-1:] == "_") and end < len(text) and _word(text[end]) and not _word(c.old[-1:]):
+    a0 = back[-1][1] if back else lo
+    z0 = fwd[0][2] if fwd else hi
+    region_new = text[lo:start] + c.new + text[end:hi]
+    if TOKEN.findall(text[a0:lo] + region_new + text[hi:z0]) != \
+            TOKEN.findall(text[a0:lo]) + TOKEN.findall(region_new) + TOKEN.findall(text[hi:z0]):
         return None  # the new text would run into a neighbouring word
     left = 0
     while left < len(c.before) and left < len(back) and back[-1 - left][0] == c.before[-1 - left]:
@@ -110,10 +118,6 @@ def _match_at(c: Change, text: str, a: int, b: int) -> tuple[int, int, int] | No
     while right < len(c.after) and right < len(fwd) and fwd[right][0] == c.after[right]:
         right += 1
     return start, left, right
-
-
-def _word(ch: str) -> bool:
-    return ch.isalnum() or ch == "_"
 
 
 def places(c: Change, uri: str, text: str, kinds: Kinds | None = None) -> list[Place]:
@@ -143,6 +147,7 @@ class Propagator:
         """The next edit after `groups` (oldest first) in `text` (the document `uri` now, the cursor at
         offset `cursor`), else in one of `others` ((uri, text) of the other open documents, most
         relevant first); None where the change applies nowhere."""
+        self.last = None
         learnt = edits(groups, text, EDITS)
         if not learnt:
             return None
@@ -152,9 +157,10 @@ class Propagator:
         for edit in learnt:
             # An edit with runs that are no Change (learn.py) propagates by tokens only as renames of distinctive names.
             changes = [c for c in edit.changes if free(c)] if edit.partial else edit.changes
-            found = _whole([p for c in changes for p in places(c, uri, text, kinds)], changes, text)
+            found = _whole([p for c in changes for p in _few(places(c, uri, text, kinds), c, text)], changes, text)
             found = _outside(found + line_places(edit, uri, text, kinds), learnt)
             if found:
+                self.last = (edit, found)  # for traces and the benchmark's notes
                 return _proposal(found, text, cursor, down, version)
         for edit in learnt:
             changes = [c for c in edit.changes if free(c)]  # other documents: distinctive renames only
@@ -165,6 +171,14 @@ class Propagator:
                 if found:
                     return _proposal(found, other_text, 0, True, None)
         return None
+
+
+def _few(found: list[Place], c: Change, text: str) -> list[Place]:
+    """The places of an insertion, where it applies on at most `MAX_INSERTIONS` lines: on more, the neighbours
+    it was found by are a common shape (`x: bool = ...,`), and which of them the user means is a guess."""
+    if c.removed or len({_line_at(text, p.start)[0] for p in found}) <= MAX_INSERTIONS:
+        return found
+    return []
 
 
 def _outside(found: list[Place], learnt: list[Edit]) -> list[Place]:
@@ -187,7 +201,7 @@ def _whole(found: list[Place], changes: list[Change], text: str) -> list[Place]:
 def _proposal(found: list[Place], text: str, cursor: int, down: bool, version: int | None) -> NextEdit:
     """The place nearest the cursor in the direction of travel (wrapping round), with every token place
     on its line changed too (a line template's place is the whole edit there)."""
-    found.sort(key=lambda p: (p.start, p.end))
+    found = sorted({(p.start, p.end, p.new): p for p in found}.values(), key=lambda p: (p.start, p.end))
     ahead = [p for p in found if p.start >= cursor] if down else [p for p in found if p.end <= cursor][::-1]
     behind = [p for p in found if p.start < cursor][::-1] if down else [p for p in found if p.end > cursor]
     target = (ahead or behind)[0]

@@ -21,6 +21,7 @@ class NextEdit:
     old_text: str = ""  # what [start, end) holds now (the editor shows it struck through)
     version: int | None = None  # the version of the document it was made on, when the caller gave one
     why: str = ""  # the learnt change, for logs and traces ("foo -> bar")
+    stats: dict | None = None  # a model's rewrite: its decoding statistics (tokens, passes, drafts accepted)
 
     def apply(self, text: str) -> str:
         """`text` (the document it was made on) with the edit applied."""
