@@ -147,7 +147,7 @@ def run(args) -> int:
     if args.mode == "next-edit":
         from ditto_bench.nextedit import run as run_next_edit
 
-        return run_next_edit(args)
+        return run_next_edit(args, versions=_versions(), repo_commit=_repo_commit(args.repo))
     from ditto_bench.harvest import HarvestError, HarvestOptions, harvest
     from ditto_bench.systems import parse_systems, replay_system
     from lsp_server.commands.options import decode_options, load_model

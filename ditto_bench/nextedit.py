@@ -234,9 +234,8 @@ def proposers(names: list[str], args=None) -> tuple[dict, dict]:
     return out, meta
 
 
-def run(args) -> int:
-    """The next-edit mode of `ditto-lsp bench` (its options: ditto_bench/cli.py)."""
-    from ditto_bench.cli import _repo_commit, _versions
+def run(args, versions: dict | None = None, repo_commit: str | None = None) -> int:
+    """The next-edit mode of `ditto-lsp bench` (its options, the versions and the repository's HEAD: ditto_bench/cli.py)."""
     from ditto_bench.harvest import HarvestError
 
     names = [s.strip() for s in (args.systems or "propagate,rewrite").split(",") if s.strip()]
@@ -265,9 +264,9 @@ def run(args) -> int:
         done = {r["case"] for r in records}
         records = [r for r in records if r["case"] in done and sum(x["case"] == r["case"] for x in records) == len(chosen)]
     run_ids = list(dict.fromkeys(r["case"] for r in records))
-    meta = {"mode": "next-edit", "repo": str(Path(args.repo).resolve()), "repo_commit": _repo_commit(args.repo),
+    meta = {"mode": "next-edit", "repo": str(Path(args.repo).resolve()), "repo_commit": repo_commit,
             "since": args.since, "systems": names, "cases": kinds, "cases_run": len(run_ids),
-            "command": shlex.join(["ditto-lsp", *sys.argv[1:]]), "versions": _versions(), "note": args.note,
+            "command": shlex.join(["ditto-lsp", *sys.argv[1:]]), "versions": versions or {}, "note": args.note,
             "partial": bool(partial), "stopped": partial, "wall_s": round(time.time() - t0, 1), **info, **model_meta}
     default = DEFAULT if DEFAULT in names else names[0]
     results = {"meta": meta, "summary": summarise(records, default),
