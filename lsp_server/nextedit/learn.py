@@ -17,7 +17,7 @@ from __future__ import annotations
 
 import keyword
 import re
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from difflib import SequenceMatcher
 
 from lsp_server.nextedit.history import EditGroup
@@ -45,6 +45,7 @@ class Change:
     after: tuple[str, ...]  # unchanged tokens after, nearest first
     line: tuple[str, ...] = ()  # the tokens of the line it stood on, before the edit
     dotted: bool = False  # the removed tokens (an insertion: its place) follow a "." (an attribute)
+    defines: bool = False  # the removed name was defined where the user changed it (`def`, `class`, module `x =`)
     kind: str = "code"  # "code", "comment" or "string": where it stood
     edit: int = 0  # 0: learnt from the newest edit
 
@@ -153,6 +154,10 @@ def learn(near: list[EditGroup], text: str, index: int = 0, kinds: "Kinds | None
                         tuple(t[0] for t in ot[max(0, i1 - CONTEXT) : i1]), tuple(t[0] for t in ot[i2 : i2 + CONTEXT]),
                         line=tuple(TOKEN.findall(old_w, a, b)), kind=kinds.at(w0 + nlo + p),
                         dotted=_dotted(old_w, lo + p), edit=index)
+        line = TOKEN.findall(old_w, a, b)
+        change = replace(change, defines=bool(change.removed) and (
+            change.before[-1:] in (("def",), ("class",)) or
+            (a < len(old_w) and not old_w[a].isspace() and line[:1] == [change.removed[0]] and change.after[:1] in (("=",), (":",)))))
         if change not in edit.changes:
             edit.changes.append(change)
     return edit
@@ -213,9 +218,15 @@ class Kinds:
         return "code" if opened is None else "string"
 
 
+# Builtin types and typing's Any: one of many, naming nothing in particular.
+BUILTINS = frozenset({"int", "str", "bool", "float", "bytes", "list", "dict", "set", "tuple", "object", "type", "Any"})
+
+
 def informative(tokens) -> bool:
-    """Whether the tokens name something: a word of three or more characters that is not a keyword or a number."""
-    return any(len(t) >= 3 and (t[0].isalpha() or t[0] == "_") and t not in _PLAIN for t in tokens)
+    """Whether the tokens name something: a word of three or more characters that is not a keyword, a builtin
+    type or a number."""
+    return any(len(t) >= 3 and (t[0].isalpha() or t[0] == "_") and t not in _PLAIN and t not in BUILTINS
+               for t in tokens)
 
 
 def distinctive(word: str) -> bool:

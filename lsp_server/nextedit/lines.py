@@ -11,7 +11,8 @@ it left as they were, are a template:
   leave a bracket open or close one they did not open: that is the first step of a bigger change);
 - lines only inserted: no template (nothing tells where else they would go).
 A template names something (`informative`) and has three tokens at least; its places are in the same
-kind of text (code, comment, string) as the edit. This catches what token changes cannot: an
+kind of text (code, comment, string) as the edit, and a template whose lines stand more than
+`MAX_SAME` times elsewhere proposes none of them (a common statement: which one is meant is a guess). This catches what token changes cannot: an
 insertion next to a word that differs (`exit_code = 2` -> `exit_code: t.ClassVar[int] = 2`), deleted
 comment lines.
 
@@ -23,13 +24,14 @@ from __future__ import annotations
 import re
 
 from lsp_server.completion.stops import open_brackets
-from lsp_server.nextedit.learn import _PLAIN, CONTEXT, TOKEN, WINDOW, Edit, Kinds, Place, informative
+from lsp_server.nextedit.learn import _PLAIN, BUILTINS, CONTEXT, TOKEN, WINDOW, Edit, Kinds, Place, informative
 
 MAX_LINES = 8  # templates of more lines are new code
 MIN_TOKENS = 3
+MAX_SAME = 9  # lines that stand more often than this are a common statement, proposed nowhere
 MAX_SIBLINGS = 8  # a template with more sibling lines than this proposes none of them
 # Words a sibling line may not differ in: keywords and builtin types are one of many, not a family.
-COMMON = _PLAIN | {"int", "str", "bool", "float", "bytes", "list", "dict", "set", "tuple", "object", "type", "Any"}
+COMMON = _PLAIN | BUILTINS
 WORD = re.compile(r"\w+")
 
 
@@ -93,6 +95,8 @@ def line_places(edit: Edit, uri: str, text: str, kinds: Kinds) -> list[Place]:
                              why="delete lines: " + " / ".join(x.strip() for x in old)[:80]))
     values = edit.changes and all(c.removed and c.added and all(_literal(t) for t in c.removed + c.added)
                                   for c in edit.changes)
+    if len(out) > MAX_SAME:
+        out = []  # a common statement (`response = client.get("/")`): which of them the user means is a guess
     if len(old) == 1 and len(new) == 1 and not values:  # one value for another is data: identical lines only
         siblings = _siblings(old[0], new[0], uri, text, kinds, kind)
         if len(siblings) <= MAX_SIBLINGS:  # more: the line is a common shape, not a family the user is going through

@@ -4,8 +4,9 @@ No model. A token-level `Change` applies at a place of an open document where th
 (an insertion: its two neighbours) stand between the same region, and enough agrees around them
 (`accepts`):
 - a renamed identifier that is distinctive (`distinctive`: `KeepOpenFile`, `get_binary_stream`)
-  needs nothing more (in a string or comment only where the user's edit was in one too); a plain
-  word (`text`, `name`) needs three tokens of context;
+  needs one token of context, none where the user renamed its definition (`def`, `class`, a name
+  given a value at the module's level), in a string or comment only where the user's edit was in one
+  too; a plain word (`text`, `name`) or a builtin type needs three;
 - a change removing a name needs three tokens of context (an attribute: its object and the dot);
 - the rest (an insertion, punctuation, numbers, keywords) needs four tokens of context on one side,
   two on the other and a line like the user's (`SIMILAR_LINE`);
@@ -49,8 +50,8 @@ def free(c: Change) -> bool:
 def accepts(c: Change, left: int, right: int, kind: str, line: tuple[str, ...]) -> bool:
     """Whether a place (its context matched `left` tokens before and `right` after, its kind of text and
     the tokens of its line) is one where the user would make the change too (module docstring)."""
-    if free(c):
-        return kind == "code" or kind == c.kind  # a name changed in a docstring may be changed in code
+    if free(c):  # a name changed in a docstring may be changed in code; one neighbour must agree, unless the
+        return (kind == "code" or kind == c.kind) and (left + right >= 1 or c.defines)  # user renamed its definition
     if kind != c.kind or c.kind != "code":
         return False  # in strings and comments (data, prose) only names and whole lines (lines.py) carry over
     if c.removed and c.added and all(_literal(t) for t in c.removed + c.added):

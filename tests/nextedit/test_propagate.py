@@ -154,10 +154,14 @@ def test_a_line_holding_only_part_of_the_edit_is_not_proposed():
 
 
 def test_a_distinctive_rename_goes_on_in_the_other_open_files():
-    d = edit_once("from .utils import get_binary_stream\n", "get_binary_stream", "_get_binary_stream")
+    d = edit_once("def get_binary_stream(name):\n    pass\n", "get_binary_stream", "_get_binary_stream")
     others = [("b.py", "x = 1\n"), ("c.py", "s = get_binary_stream('x')\nget_binary_stream\n")]
     e = propose(d, others)
     assert e.uri == "c.py" and e.apply(others[1][1]).startswith("s = _get_binary_stream('x')")
+    # A rename where it is used (an import, a call) carries over only where a neighbour agrees.
+    d = edit_once("from .utils import get_binary_stream\n", "get_binary_stream", "_get_binary_stream")
+    assert propose(d, others) is None
+    assert propose(d, [("c.py", "from .utils import get_binary_stream as s\n")]).uri == "c.py"
     d = edit_once("count = 1\n", "count = 1", "total = 1")  # a plain word: not in other files
     assert propose(d, [("c.py", "x = count = 2\n")]) is None
 
