@@ -5,7 +5,7 @@ Harvests tasks from the repository (harvest.py), runs the chosen systems on each
 replay them on real servers as editors drive them, replay.py), aggregates (metrics.py) and
 writes results.json, report.md and PNG plots (report.py). A progress bar shows on stderr;
 Ctrl-C or --time-limit stop after the current task and keep everything done so far
-(marked partial).
+(marked partial). `--mode next-edit` is a benchmark of its own (nextedit.py, nextedit_harvest.py).
 
 Top level stays light (no torch): the command line builds its parser on every call.
 """
@@ -27,19 +27,26 @@ def configure(p: argparse.ArgumentParser) -> None:
 
     p.add_argument("--repo", required=True, help="git repository (work tree or bare) whose commits are replayed")
     p.add_argument("--out", type=Path, default=None, help="write results.json, report.md and plots here")
-    p.add_argument("--mode", choices=["completion", "keystroke", "session"], default="completion",
+    p.add_argument("--mode", choices=["completion", "keystroke", "session", "next-edit"], default="completion",
                    help="session: several tasks of one file in sequence with one cache, typed like a person "
-                        "(moves, keystrokes, Enter)")
+                        "(moves, keystrokes, Enter); next-edit: one change of a commit typed, then the next edit "
+                        "asked for (docs/nextedit.md)")
     p.add_argument("--systems", default=None,
                    help="comma-separated; completion: off,ngram,oracle,hf-greedy,hf-prompt-lookup (default all; hf-* "
                         "only on --backend torch); "
                         "keystroke and session: off|ngram, each optionally -noreuse (default ngram,ngram-noreuse); "
                         "session also: ditto, ditto-nodraft (each optionally @N: contextTokens N) and llama-server, "
-                        "real servers driven as editors drive them (the editor replay)")
+                        "real servers driven as editors drive them (the editor replay); "
+                        "next-edit: propagate, rewrite, both (default propagate,rewrite)")
     p.add_argument("--since", default=None, help="only commits after this date (git log --since)")
-    p.add_argument("--max-tasks", type=int, default=50, help="tasks at most (session mode: over all sessions)")
+    p.add_argument("--max-tasks", type=int, default=50,
+                   help="tasks at most (session mode: over all sessions; next-edit mode: repeated-change cases, and "
+                        "as many ordinary ones)")
     p.add_argument("--per-commit", type=int, default=3,
-                   help="tasks taken from one commit at most (default 3; session mode: blocks of one session)")
+                   help="tasks taken from one commit at most (default 3; session mode: blocks of one session; "
+                        "next-edit mode: cases, one a file)")
+    p.add_argument("--rewrite-format", choices=["chat", "repo"], default="chat",
+                   help="next-edit mode: the model rewrite's prompt (docs/nextedit.md; default chat)")
     p.add_argument("--lang", default="python", help="comma-separated languages, or all (default python)")
     p.add_argument("--max-keystrokes", type=int, default=None,
                    help="keystroke mode: type at most this many characters per task; session mode: per line, the "
@@ -137,6 +144,10 @@ def _machine(lm=None) -> dict:
 
 
 def run(args) -> int:
+    if args.mode == "next-edit":
+        from ditto_bench.nextedit import run as run_next_edit
+
+        return run_next_edit(args, versions=_versions(), repo_commit=_repo_commit(args.repo))
     from ditto_bench.harvest import HarvestError, HarvestOptions, harvest
     from ditto_bench.systems import parse_systems, replay_system
     from lsp_server.commands.options import decode_options, load_model

@@ -1,0 +1,10 @@
+"""Next-edit suggestions: after the user changes something, the change that follows, often elsewhere.
+
+- history.py: a document's recent edits, bounded (`EditHistory`, `EditHistories`);
+- learn.py: what the user's edit was, as token-level changes and whole lines;
+- propagate.py, lines.py: where the same change still applies (`Propagator`, no model);
+- rewrite.py: the default model writes a region anew, the region itself the draft (`Rewriter`);
+- types.py: what a proposer answers (`NextEdit`).
+docs/nextedit.md says how they work and what they measured. Left out on purpose: LSP (the server's
+`ditto/nextEdit` request calls a proposer with the document's history and text).
+"""
