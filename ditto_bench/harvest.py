@@ -112,7 +112,7 @@ class HarvestOptions:
     max_commits: int = 5000  # newest commits scanned at most
 
 
-def _git(repo: Path, *args: str, check: bool = True) -> str:
+def run_git(repo: Path, *args: str, check: bool = True) -> str:
     proc = subprocess.run(["git", "-C", str(repo), *args], capture_output=True, text=True, encoding="utf-8",
                           errors="replace")
     if check and proc.returncode != 0:
@@ -224,12 +224,12 @@ def copyable_fraction(truth: str, sources: list[str], n: int = 4) -> float:
     return sum(covered) / len(toks)
 
 
-def _commits(repo: Path, opts: HarvestOptions) -> list[tuple[str, str, int, str]]:
+def scan_commits(repo: Path, opts: HarvestOptions) -> list[tuple[str, str, int, str]]:
     args = ["log", "--no-merges", "--format=%H%x00%P%x00%ct%x00%s", f"-n{opts.max_commits}"]
     if opts.since:
         args.append(f"--since={opts.since}")
     out = []
-    for line in _git(repo, *args).splitlines():
+    for line in run_git(repo, *args).splitlines():
         parts = line.split("\x00")
         if len(parts) != 4 or not parts[1].strip():
             continue  # root commit: nothing to replay against
@@ -237,7 +237,7 @@ def _commits(repo: Path, opts: HarvestOptions) -> list[tuple[str, str, int, str]
     return out
 
 
-def _show(repo: Path, rev: str, path: str) -> str | None:
+def show_file(repo: Path, rev: str, path: str) -> str | None:
     proc = subprocess.run(["git", "-C", str(repo), "show", f"{rev}:{path}"], capture_output=True)
     if proc.returncode != 0:
         return None
@@ -250,7 +250,7 @@ def _show(repo: Path, rev: str, path: str) -> str | None:
 def tasks_from_commit(repo: Path, sha: str, parent: str, date: int, subject: str, opts: HarvestOptions,
                       rng: random.Random) -> tuple[list[Task], str | None]:
     """The tasks of one commit (at most opts.per_commit, sampled with rng) and why it was skipped, if it was."""
-    diff = _git(repo, "diff", "--unified=0", "--no-color", "--no-ext-diff", "-M", parent, sha, check=False)
+    diff = run_git(repo, "diff", "--unified=0", "--no-color", "--no-ext-diff", "-M", parent, sha, check=False)
     files = parse_diff(diff)
     why = is_mechanical(files, opts)
     if why:
@@ -279,7 +279,7 @@ def tasks_from_commit(repo: Path, sha: str, parent: str, date: int, subject: str
     post_cache: dict[str, str | None] = {}
     for f, lang, ns, nc, block in picked:
         if f.new not in post_cache:
-            post_cache[f.new] = _show(repo, sha, f.new)
+            post_cache[f.new] = show_file(repo, sha, f.new)
         post = post_cache[f.new]
         if post is None or len(post) > opts.max_file_bytes:
             continue
@@ -294,7 +294,7 @@ def tasks_from_commit(repo: Path, sha: str, parent: str, date: int, subject: str
                 continue
             if language_of(other.old, ("all",)) is None and not other.old.endswith((".md", ".rst", ".txt", ".toml")):
                 continue
-            text = _show(repo, parent, other.old)
+            text = show_file(repo, parent, other.old)
             if text is not None and len(text) <= opts.max_file_bytes:
                 buffers.append((other.old, text))
         task = Task(id=f"{sha[:10]}:{f.new}:{ns}", repo=str(repo), commit=sha, parent=parent, subject=subject,
@@ -321,7 +321,7 @@ def harvest(repo: str | Path, opts: HarvestOptions | None = None) -> HarvestResu
         if lang != "all" and lang not in LANGUAGES:
             raise HarvestError(f"unknown language {lang!r}: use all or one of {', '.join(LANGUAGES)}")
     path = check_repo(repo)
-    commits = _commits(path, opts)
+    commits = scan_commits(path, opts)
     found: list[Task] = []
     skipped: dict[str, int] = {}
     for sha, parent, date, subject in commits:

@@ -29,7 +29,7 @@ from dataclasses import dataclass, field
 from difflib import SequenceMatcher
 from pathlib import Path
 
-from ditto_bench.harvest import HarvestError, HarvestOptions, _commits, _git, _show, check_repo, is_mechanical, \
+from ditto_bench.harvest import HarvestError, HarvestOptions, scan_commits, run_git, show_file, check_repo, is_mechanical, \
     language_of, parse_diff
 
 LEX = re.compile(r"\w+|[^\w\s]")
@@ -167,11 +167,11 @@ def cases(repo: str | Path, max_cases: int = 40, per_commit: int = 2, since: str
     found: dict[str, list[Case]] = {"repeated": [], "ordinary": []}
     skipped: dict[str, int] = {}
     scanned = 0
-    for sha, parent, _date, subject in _commits(path, opts):
+    for sha, parent, _date, subject in scan_commits(path, opts):
         if all(len(v) >= max_cases for v in found.values()):
             break
         scanned += 1
-        files = parse_diff(_git(path, "diff", "--unified=0", "--no-color", "--no-ext-diff", "-M", parent, sha,
+        files = parse_diff(run_git(path, "diff", "--unified=0", "--no-color", "--no-ext-diff", "-M", parent, sha,
                                 check=False))
         why = is_mechanical(files, opts)
         if why:
@@ -182,7 +182,7 @@ def cases(repo: str | Path, max_cases: int = 40, per_commit: int = 2, since: str
         for f in files:
             if f.old is None or f.new is None or language_of(f.new, ("python",)) is None or not f.hunks:
                 continue
-            before, after = _show(path, parent, f.old), _show(path, sha, f.new)
+            before, after = show_file(path, parent, f.old), show_file(path, sha, f.new)
             if before is None or after is None or max(len(before), len(after)) > max_file_bytes or before == after:
                 continue
             texts.append((f.new, before, after))

@@ -219,7 +219,7 @@ def steps_by_source(rounds) -> dict:
 def _complete_with(completer, drafter, task, text, line, col, options, cache_key):
     """Completer.complete with a drafter object that is not one of the Completer's names."""
     original = completer.drafter_for
-    completer.drafter_for = lambda name: drafter
+    completer.drafter_for = lambda name, draft_model=None: drafter
     try:
         sug = completer.complete(text, line, col, name=task.path, options=options, drafter="oracle",
                                  cache_key=cache_key, others=list(task.buffers))

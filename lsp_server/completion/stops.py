@@ -29,9 +29,9 @@ def ghost_cut(generated: str, prompt: Prompt, multiline: bool = True, final: boo
     own earlier lines (`_repeats`), and a first line that ends by re-typing the rest of
     the cursor line (the cut keeps what comes before it). `final` says the generation
     has ended, so the last line counts as complete. Ghost text also ends before the first
-    character no editor can insert (`_uninsertable`).
+    character no editor can insert (`uninsertable`).
     """
-    bad = _uninsertable(generated, final)
+    bad = uninsertable(generated, final)
     if bad is not None:
         cut = ghost_cut(generated[:bad], prompt, multiline, final=True)
         return bad if cut is None else cut
@@ -68,7 +68,7 @@ _CONTROL = frozenset(chr(c) for c in [*range(0x20), 0x7F, *range(0x80, 0xA0)]) -
 _REPLACEMENT = "\ufffd"
 
 
-def _uninsertable(generated: str, final: bool) -> int | None:
+def uninsertable(generated: str, final: bool) -> int | None:
     """Index of the first character of `generated` that must not reach the editor, or None.
 
     A control character (`_CONTROL`) ends the text at once. U+FFFD is what decoding leaves for

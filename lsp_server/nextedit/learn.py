@@ -28,7 +28,7 @@ WINDOW = 200  # characters lexed on each side of an edit or a place (CONTEXT tok
 NEAR = 400  # older groups this close to the newest one are part of the same edit
 MAX_REGION = 4000  # an edit group with more text than this teaches nothing (a paste)
 MAX_TOKENS = 12  # a change removing or adding more tokens is new code, not a substitution
-_PLAIN = frozenset(keyword.kwlist) | frozenset(keyword.softkwlist) | {"self", "cls", "this", "def", "return"}
+PLAIN = frozenset(keyword.kwlist) | frozenset(keyword.softkwlist) | {"self", "cls", "this", "def", "return"}
 
 
 @dataclass(frozen=True)
@@ -124,7 +124,7 @@ def learn(near: list[EditGroup], text: str, index: int = 0, kinds: "Kinds | None
     shift = len(new_w) - len(old_w)
     edit = Edit(index, s, e, line_start=ls, old_lines=old_w[ls - w0 : le - w0 - shift].split("\n"),
                 new_lines=text[ls:le].split("\n"))
-    ot, nt = _lex(old_w), _lex(new_w)
+    ot, nt = lex(old_w), lex(new_w)
     matcher = SequenceMatcher(None, [t[0] for t in ot], [t[0] for t in nt], autojunk=False)
     for tag, i1, i2, j1, j2 in matcher.get_opcodes():
         if tag == "equal":
@@ -149,11 +149,11 @@ def learn(near: list[EditGroup], text: str, index: int = 0, kinds: "Kinds | None
         if "\n" in old or "\n" in new or (i1 == i2 and (i1 == 0 or i2 == len(ot))):
             edit.partial = True  # a line break changed (new code), or an insertion with no neighbour to find it by
             continue
-        a, b = _line_at(old_w, lo + p)
+        a, b = line_at(old_w, lo + p)
         change = Change(tuple(t[0] for t in ot[i1:i2]), tuple(t[0] for t in nt[j1:j2]), region, p, old, new,
                         tuple(t[0] for t in ot[max(0, i1 - CONTEXT) : i1]), tuple(t[0] for t in ot[i2 : i2 + CONTEXT]),
                         line=tuple(TOKEN.findall(old_w, a, b)), kind=kinds.at(w0 + nlo + p),
-                        dotted=_dotted(old_w, lo + p), edit=index)
+                        dotted=after_dot(old_w, lo + p), edit=index)
         line = TOKEN.findall(old_w, a, b)
         change = replace(change, defines=bool(change.removed) and (
             change.before[-1:] in (("def",), ("class",)) or
@@ -163,18 +163,18 @@ def learn(near: list[EditGroup], text: str, index: int = 0, kinds: "Kinds | None
     return edit
 
 
-def _dotted(text: str, pos: int) -> bool:
+def after_dot(text: str, pos: int) -> bool:
     """Whether the word at `pos` follows a "." (an attribute, not a name of its own)."""
     while pos > 0 and (text[pos - 1].isalnum() or text[pos - 1] == "_"):
         pos -= 1
     return text[:pos].rstrip().endswith(".")
 
 
-def _lex(text: str, a: int = 0, b: int | None = None) -> list[tuple[str, int, int]]:
+def lex(text: str, a: int = 0, b: int | None = None) -> list[tuple[str, int, int]]:
     return [(m.group(), m.start(), m.end()) for m in TOKEN.finditer(text, a, len(text) if b is None else b)]
 
 
-def _line_at(text: str, pos: int) -> tuple[int, int]:
+def line_at(text: str, pos: int) -> tuple[int, int]:
     ls = text.rfind("\n", 0, pos) + 1
     le = text.find("\n", pos)
     return ls, len(text) if le < 0 else le
@@ -225,14 +225,14 @@ BUILTINS = frozenset({"int", "str", "bool", "float", "bytes", "list", "dict", "s
 def informative(tokens) -> bool:
     """Whether the tokens name something: a word of three or more characters that is not a keyword, a builtin
     type or a number."""
-    return any(len(t) >= 3 and (t[0].isalpha() or t[0] == "_") and t not in _PLAIN and t not in BUILTINS
+    return any(len(t) >= 3 and (t[0].isalpha() or t[0] == "_") and t not in PLAIN and t not in BUILTINS
                for t in tokens)
 
 
 def distinctive(word: str) -> bool:
     """A name unlikely to mean two things in one file: joined words (`KeepOpenFile`, `get_stream`), a
     digit inside, or ten characters and more; not a plain word (`text`, `value`, `Sequence`)."""
-    if not (word[:1].isalpha() or word[:1] == "_") or word in _PLAIN:
+    if not (word[:1].isalpha() or word[:1] == "_") or word in PLAIN:
         return False
     core = word.strip("_")
     return (len(core) >= 4 and (any(c.isupper() for c in core[1:]) or "_" in core or any(c.isdigit() for c in core))

@@ -24,14 +24,14 @@ from __future__ import annotations
 import re
 
 from lsp_server.completion.stops import open_brackets
-from lsp_server.nextedit.learn import _PLAIN, BUILTINS, CONTEXT, TOKEN, WINDOW, Edit, Kinds, Place, informative
+from lsp_server.nextedit.learn import PLAIN, BUILTINS, CONTEXT, TOKEN, WINDOW, Edit, Kinds, Place, informative
 
 MAX_LINES = 8  # templates of more lines are new code
 MIN_TOKENS = 3
 MAX_SAME = 9  # lines that stand more often than this are a common statement, proposed nowhere
 MAX_SIBLINGS = 8  # a template with more sibling lines than this proposes none of them
 # Words a sibling line may not differ in: keywords and builtin types are one of many, not a family.
-COMMON = _PLAIN | BUILTINS
+COMMON = PLAIN | BUILTINS
 WORD = re.compile(r"\w+")
 
 
@@ -93,7 +93,7 @@ def line_places(edit: Edit, uri: str, text: str, kinds: Kinds) -> list[Place]:
         else:  # deleted lines go with their line breaks
             out.append(Place(uri, start, min(len(text), end + 1), "", None, left, right,
                              why="delete lines: " + " / ".join(x.strip() for x in old)[:80]))
-    values = edit.changes and all(c.removed and c.added and all(_literal(t) for t in c.removed + c.added)
+    values = edit.changes and all(c.removed and c.added and all(literal(t) for t in c.removed + c.added)
                                   for c in edit.changes)
     if len(out) > MAX_SAME:
         out = []  # a common statement (`response = client.get("/")`): which of them the user means is a guess
@@ -104,7 +104,7 @@ def line_places(edit: Edit, uri: str, text: str, kinds: Kinds) -> list[Place]:
     return out
 
 
-def _literal(token: str) -> bool:
+def literal(token: str) -> bool:
     return token in ("True", "False", "None") or token[0].isdigit() or token in "\"'"
 
 

@@ -31,9 +31,9 @@ import re
 from difflib import SequenceMatcher
 
 from lsp_server.nextedit.history import EditGroup
-from lsp_server.nextedit.learn import TOKEN, WINDOW, Change, Edit, Kinds, Place, _dotted, _line_at, _lex, \
+from lsp_server.nextedit.learn import TOKEN, WINDOW, Change, Edit, Kinds, Place, after_dot, line_at, lex, \
     distinctive, edits, informative, is_rename
-from lsp_server.nextedit.lines import _literal, line_places
+from lsp_server.nextedit.lines import literal, line_places
 from lsp_server.nextedit.types import NextEdit
 
 EDITS = 3  # the user's newest edits learnt from
@@ -54,7 +54,7 @@ def accepts(c: Change, left: int, right: int, kind: str, line: tuple[str, ...]) 
         return (kind == "code" or kind == c.kind) and (left + right >= 1 or c.defines)  # user renamed its definition
     if kind != c.kind or c.kind != "code":
         return False  # in strings and comments (data, prose) only names and whole lines (lines.py) carry over
-    if c.removed and c.added and all(_literal(t) for t in c.removed + c.added):
+    if c.removed and c.added and all(literal(t) for t in c.removed + c.added):
         return False  # one value for another (True -> False, 1 -> 2): data, changed where it is wrong
     if c.removed and informative(c.removed):
         if c.dotted and left >= 2:
@@ -64,7 +64,7 @@ def accepts(c: Change, left: int, right: int, kind: str, line: tuple[str, ...]) 
             SequenceMatcher(None, c.line, line, autojunk=False).ratio() >= SIMILAR_LINE)
 
 
-def _pattern(c: Change) -> re.Pattern:
+def change_pattern(c: Change) -> re.Pattern:
     """A regex for the change's removed tokens (an insertion: its neighbours), blanks between them free."""
     toks = c.removed or (c.before[-1:] + c.after[:1])
     parts = []
@@ -79,19 +79,19 @@ def _pattern(c: Change) -> re.Pattern:
     return re.compile(r"\s*".join(parts))
 
 
-def _match_at(c: Change, text: str, a: int, b: int) -> tuple[int, int, int] | None:
-    """At a hit [a, b) of `_pattern(c)`: (where the edit starts, left context matched, right context
+def match_at(c: Change, text: str, a: int, b: int) -> tuple[int, int, int] | None:
+    """At a hit [a, b) of `change_pattern(c)`: (where the edit starts, left context matched, right context
     matched), or None where the region between the unchanged neighbours is not the change's."""
     if c.removed:  # the hit is the removed tokens; the region runs from the token before to the one after
-        back = _lex(text, max(0, a - WINDOW), a)
-        fwd = _lex(text, b, min(len(text), b + WINDOW))
+        back = lex(text, max(0, a - WINDOW), a)
+        fwd = lex(text, b, min(len(text), b + WINDOW))
         lo = back[-1][2] if back else 0
         hi = fwd[0][1] if fwd else len(text)
     else:  # the hit is the two neighbours of an insertion and what lies between them
         lo = a + len(c.before[-1])
         hi = b - len(c.after[0])
-        back = _lex(text, max(0, lo - WINDOW), lo)
-        fwd = _lex(text, hi, min(len(text), hi + WINDOW))
+        back = lex(text, max(0, lo - WINDOW), lo)
+        fwd = lex(text, hi, min(len(text), hi + WINDOW))
         if TOKEN.findall(text, hi, min(len(text), hi + 2 * len(c.new) + 1))[: len(c.added)] == list(c.added):
             return None  # what the insertion adds is there already
     region = text[lo:hi]
@@ -103,7 +103,7 @@ def _match_at(c: Change, text: str, a: int, b: int) -> tuple[int, int, int] | No
         return None
     else:
         start = lo + c.at
-    if text[start : start + len(c.old)] != c.old or (_dotted(text, start) != c.dotted and not free(c)):
+    if text[start : start + len(c.old)] != c.old or (after_dot(text, start) != c.dotted and not free(c)):
         return None  # not the same text, or an attribute where the user changed a plain name (or the reverse)
     end = start + len(c.old)
     a0 = back[-1][1] if back else lo
@@ -125,14 +125,14 @@ def places(c: Change, uri: str, text: str, kinds: Kinds | None = None) -> list[P
     """Every place of `text` where the change applies (`accepts`), in text order."""
     kinds = kinds or Kinds(text)
     out = []
-    for n, m in enumerate(_pattern(c).finditer(text)):
+    for n, m in enumerate(change_pattern(c).finditer(text)):
         if n >= MAX_HITS:
             break
-        found = _match_at(c, text, m.start(), m.end())
+        found = match_at(c, text, m.start(), m.end())
         if found is None:
             continue
         start, left, right = found
-        ls, le = _line_at(text, start)
+        ls, le = line_at(text, start)
         if accepts(c, left, right, kinds.at(start), tuple(TOKEN.findall(text, ls, le))):
             out.append(Place(uri, start, start + len(c.old), c.new, c, left, right, c.describe()))
     return out
@@ -178,7 +178,7 @@ class Propagator:
 def _few(found: list[Place], c: Change, text: str) -> list[Place]:
     """The places of an insertion, where it applies on at most `MAX_INSERTIONS` lines: on more, the neighbours
     it was found by are a common shape (`x: bool = ...,`), and which of them the user means is a guess."""
-    if c.removed or len({_line_at(text, p.start)[0] for p in found}) <= MAX_INSERTIONS:
+    if c.removed or len({line_at(text, p.start)[0] for p in found}) <= MAX_INSERTIONS:
         return found
     return []
 
@@ -196,8 +196,8 @@ def _whole(found: list[Place], changes: list[Change], text: str) -> list[Place]:
     needed = {(c.removed, c.added) for c in changes}
     lines: dict[int, set] = {}
     for p in found:
-        lines.setdefault(_line_at(text, p.start)[0], set()).add((p.change.removed, p.change.added))
-    return [p for p in found if needed <= lines[_line_at(text, p.start)[0]]]
+        lines.setdefault(line_at(text, p.start)[0], set()).add((p.change.removed, p.change.added))
+    return [p for p in found if needed <= lines[line_at(text, p.start)[0]]]
 
 
 def _proposal(found: list[Place], text: str, cursor: int, down: bool, version: int | None) -> NextEdit:
@@ -210,7 +210,7 @@ def _proposal(found: list[Place], text: str, cursor: int, down: bool, version: i
     if target.change is None:
         return NextEdit(target.uri, target.start, target.end, target.new, target.start + len(target.new),
                         "propagate", text[target.start : target.end], version, target.why)
-    ls, le = _line_at(text, target.start)
+    ls, le = line_at(text, target.start)
     parts, pos, first = [], None, None
     for p in found:
         if p.change is None or p.start < ls or p.end > le or (pos is not None and p.start < pos):

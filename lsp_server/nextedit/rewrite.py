@@ -30,13 +30,13 @@ import time
 from dataclasses import dataclass
 
 from drafters.region import RegionDrafter
-from lsp_server.completion.stops import _uninsertable, open_brackets
+from lsp_server.completion.stops import uninsertable, open_brackets
 from lsp_server.decoding.engine import Engine
 from lsp_server.decoding.types import DecodeOptions
 from lsp_server.nextedit.history import EditGroup, changed_span
-from lsp_server.nextedit.learn import Edit, Kinds, _line_at, edits
+from lsp_server.nextedit.learn import Edit, Kinds, line_at, edits
 from lsp_server.nextedit.lines import line_places
-from lsp_server.nextedit.propagate import _match_at, _pattern
+from lsp_server.nextedit.propagate import match_at, change_pattern
 from lsp_server.nextedit.types import NextEdit
 
 CANDIDATES = 2  # places rewritten at most per request
@@ -143,10 +143,10 @@ class Rewriter:
         kinds = Kinds(text)
         spots = [p.start for p in line_places(edit, uri, text, kinds)]
         for c in edit.changes:
-            for n, m in enumerate(_pattern(c).finditer(text)):
+            for n, m in enumerate(change_pattern(c).finditer(text)):
                 if n >= 200:
                     break
-                found = _match_at(c, text, m.start(), m.end())
+                found = match_at(c, text, m.start(), m.end())
                 if found is not None:
                     spots.append(found[0])
         lines = sorted({text.count("\n", 0, s) for s in spots if not edit.start <= s <= edit.end})
@@ -195,7 +195,7 @@ class Checked:
         learnt = edits(groups, text, 1)
         if doc is None or not learnt:
             return None
-        start, end = _line_at(doc, edit.start)[0], _line_at(doc, edit.end)[1]
+        start, end = line_at(doc, edit.start)[0], line_at(doc, edit.end)[1]
         start, end = region_of(doc, doc.count("\n", 0, start), doc.count("\n", 0, end))
         got = self.rewriter.rewrite(edit.uri, doc, start, end, learnt[0], cache_key=f"nextedit:{edit.uri}",
                                     cancel=cancel)
@@ -215,7 +215,7 @@ def region_of(text: str, line: int, last: int | None = None) -> tuple[int, int]:
 def shown(got: Rewritten, uri: str, text: str, version: int | None) -> NextEdit | None:
     """The edit a rewrite makes, where it passes the checks (module docstring); None where it changes nothing."""
     region, out = got.region, got.text
-    if out == region or _uninsertable(out, True) is not None:
+    if out == region or uninsertable(out, True) is not None:
         return None
     if open_brackets(out) != open_brackets(region) or abs(out.count("\n") - region.count("\n")) > 1:
         return None

@@ -210,13 +210,13 @@ def no_end(engine) -> dict:
     """Request fields that keep the tiny model writing to its budget: its special tokens (ids 0-5),
     every token with a line break and every token with a character no editor can insert banned, so
     neither end-of-text nor a ghost-text stop rule (they look at complete lines, and end the text
-    before a control character: lsp_server/completion/context.py, `_uninsertable`) can end it."""
-    from lsp_server.completion.stops import _uninsertable
+    before a control character: lsp_server/completion/context.py, `uninsertable`) can end it."""
+    from lsp_server.completion.stops import uninsertable
     from lsp_server.backends.remote.tokenizers import GGUFTokenizer
 
     tok = GGUFTokenizer(engine.gguf)
     banned = [t for t in range(len(tok.vocabulary())) if t < 6 or "\n" in tok.token_text(t)
-              or _uninsertable(tok.token_text(t), True) is not None]
+              or uninsertable(tok.token_text(t), True) is not None]
     return {"logit_bias": {str(t): -100.0 for t in banned}}
 
 

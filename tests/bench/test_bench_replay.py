@@ -336,7 +336,7 @@ def test_replay_summary_from_hand_made_records():
 
 
 # -- end to end --------------------------------------------------------------------------------
-def _git(repo: Path, *args: str, date: str = "2024-01-01T00:00:00") -> None:
+def run_git(repo: Path, *args: str, date: str = "2024-01-01T00:00:00") -> None:
     env = {"GIT_AUTHOR_NAME": "t", "GIT_AUTHOR_EMAIL": "t@example.com", "GIT_COMMITTER_NAME": "t",
            "GIT_COMMITTER_EMAIL": "t@example.com", "GIT_AUTHOR_DATE": date, "GIT_COMMITTER_DATE": date,
            "PATH": "/usr/bin:/bin:/usr/local/bin", "HOME": str(repo)}
@@ -350,18 +350,18 @@ def repo(tmp_path: Path) -> Path:
               "def f6(x):\n": "def f6(x):\n    total = helper(x)\n\n    print('f6', total)\n"}
     r = tmp_path / "repo"
     r.mkdir()
-    _git(r, "init", "-q", "-b", "main")
+    run_git(r, "init", "-q", "-b", "main")
     (r / "m.py").write_text(before)
     (r / "util.py").write_text("def helper(x):\n    return abs(x) * 2\n")
-    _git(r, "add", "-A")
-    _git(r, "-c", "core.hooksPath=/dev/null", "commit", "-q", "-m", "init")
+    run_git(r, "add", "-A")
+    run_git(r, "-c", "core.hooksPath=/dev/null", "commit", "-q", "-m", "init")
     after = before
     for k, v in blocks.items():
         after = after.replace(k, v)
     (r / "m.py").write_text(after)
     (r / "util.py").write_text("def helper(x):\n    return abs(x) * 3\n")
-    _git(r, "add", "-A")
-    _git(r, "-c", "core.hooksPath=/dev/null", "commit", "-q", "-m", "two blocks", date="2024-02-01T00:00:00")
+    run_git(r, "add", "-A")
+    run_git(r, "-c", "core.hooksPath=/dev/null", "commit", "-q", "-m", "two blocks", date="2024-02-01T00:00:00")
     return r
 
 

@@ -123,7 +123,7 @@ def test_reuse_prefills_only_the_changed_tail_when_typing(lm):
 def test_time_budget_returns_whole_lines(lm):
     import time
 
-    from lsp_server.completion.stops import _uninsertable
+    from lsp_server.completion.stops import uninsertable
 
     # No end-of-text tokens, no token with a character no editor can insert (the ghost text
     # would end before it), and a cursor at column 0 of the last line (no block to end,
@@ -131,7 +131,7 @@ def test_time_budget_returns_whole_lines(lm):
     slow_lm = copy.copy(lm)
     slow_lm.stop_ids = frozenset()
     real = slow_lm.forward
-    banned = [t for t in range(lm.vocab_size) if _uninsertable(lm.token_text(t), True) is not None]
+    banned = [t for t in range(lm.vocab_size) if uninsertable(lm.token_text(t), True) is not None]
 
     def forward(ids, cache, last):
         time.sleep(0.02)
