@@ -41,6 +41,7 @@ from lsp_server.completion.context import ContextBudget
 from lsp_server.completion.files import FileState
 from lsp_server.completion.head import SCAN_LINES
 from lsp_server.lsp.protocol import SURROGATE, Lines
+from lsp_server.nextedit.history import EditHistory
 
 log = logging.getLogger(__name__)
 
@@ -68,7 +69,7 @@ class WindowText(str):
 class Document:
     """What the session keeps for one open document beside its text (module docstring)."""
 
-    __slots__ = ("lines", "first_line", "applied", "file", "trace")
+    __slots__ = ("lines", "first_line", "applied", "file", "trace", "edits")
 
     def __init__(self):
         self.lines: Lines | None = None  # its line starts (protocol.py), in step with its text
@@ -76,6 +77,7 @@ class Document:
         self.applied = 0  # first line its FileState's prompt window is counted from (worker)
         self.file = FileState()  # the Completer's per-file state (worker only)
         self.trace: dict | None = None  # its last suggestion, for `ditto/trace` (event loop)
+        self.edits = EditHistory()  # its recent edits, bounded (lsp_server/nextedit/history.py; event loop)
 
 
 @dataclass
@@ -110,6 +112,10 @@ class DocumentSession:
         """
         return self._workspace().text_documents.get(unquote(uri))
 
+    def position_units(self):
+        """The client's units of a string (UTF-16 code units unless negotiated otherwise)."""
+        return self._workspace().position_codec.client_num_units
+
     def open_documents(self) -> dict:
         """uri -> pygls document, of every open document."""
         return self._workspace().text_documents
@@ -141,6 +147,28 @@ class DocumentSession:
         if doc.lines is None or doc.lines.text is not text:
             doc.lines = Lines(text)
         return doc.lines
+
+    def apply_changes(self, uri: str, text: str, changes, units, version: int | None = None) -> str:
+        """The text of `uri` after a didChange's `changes` (protocol.py applies them by LSP's rules with
+        the line table), each recorded in the document's edit history (next-edit suggestions)."""
+        doc = self._state(uri)
+        lines = self.lines_of(uri, text)
+        for change in changes:
+            if isinstance(change, types.TextDocumentContentChangePartial):
+                a, b = lines.span(change.range, units)
+                removed = lines.text[a:b]
+                text = lines.replace(a, b, change.text)
+                doc.edits.record(a, b, change.text, removed, version)
+            else:
+                doc.edits.record_text(lines.text, change.text, version)
+                text = change.text
+                lines = self.lines_of(uri, text)
+        return text
+
+    def edits(self, uri: str) -> EditHistory | None:
+        """The recent edits of an open document (None when it is not open)."""
+        doc = self.state(uri)
+        return None if doc is None else doc.edits
 
     def changed(self, uri: str, text: str | None) -> None:
         """Queue a buffer's new text (None: closed) for the worker; a closed document's record goes."""

@@ -4,7 +4,8 @@ document session (`ls.documents`), the completion service (`ls.service`), the cl
 
 - `textDocument/inlineCompletion` is registered WITH InlineCompletionOptions (else pygls
   2.1.1 does not advertise it); `textDocument/completion` is the fallback (one item).
-- Custom requests `ditto/stats` and `ditto/trace`; the notification `ditto/didMoveCursor`
+- Custom requests `ditto/stats`, `ditto/trace` and `ditto/nextEdit` (lsp_server/lsp/nextedit.py);
+  the notification `ditto/didMoveCursor`
   aims idle prefill; with the `debug_documents` setting (which a client can set only when
   the server runs as `ditto-lsp serve --debug-hooks`), `ditto/debug/document` answers the
   server's text of an open document (tests compare it with a reference model of the edits); with
@@ -21,6 +22,7 @@ from lsprotocol import types
 from pygls.exceptions import JsonRpcInvalidParams, JsonRpcMethodNotFound
 
 from lsp_server.lsp.documents import Snapshot
+from lsp_server.lsp.nextedit import NEXT_EDIT
 from lsp_server.lsp.protocol import edit_end
 
 log = logging.getLogger(__name__)
@@ -78,8 +80,9 @@ def on_cursor(ls, params):
         ls.service.idle.aim(uri, types.Position(line=line, character=char))
 
 def on_close(ls, params: types.DidCloseTextDocumentParams):
-    ls.documents.changed(params.text_document.uri, None)  # its record (trace, per-file state) goes
+    ls.documents.changed(params.text_document.uri, None)  # its record (trace, per-file state, edits) goes
     ls.service.closed(params.text_document.uri)
+    ls.next_edits.closed(params.text_document.uri)
     ls.service.idle.buffers_changed()
 
 async def inline_completion(ls, params: types.InlineCompletionParams):
@@ -138,6 +141,13 @@ async def completion(ls, params: types.CompletionParams):
     )
     return types.CompletionList(is_incomplete=True, items=[item])
 
+async def next_edit(ls, params):
+    uri = _get(params, "textDocument", "uri")
+    line, char = _get(params, "position", "line"), _get(params, "position", "character")
+    if not isinstance(uri, str) or not isinstance(line, int) or not isinstance(char, int) or line < 0 or char < 0:
+        raise JsonRpcInvalidParams(f"{NEXT_EDIT}: needs textDocument.uri and a position")
+    return await ls.next_edits.propose(uri, types.Position(line=line, character=char))
+
 def stats(ls, params):
     return ls.stats(intervals=bool(_get(params, "remoteIntervals", default=False)))
 
@@ -180,6 +190,7 @@ def register(server) -> None:
     server.feature(types.TEXT_DOCUMENT_DID_CLOSE)(on_close)
     server.feature(types.TEXT_DOCUMENT_INLINE_COMPLETION, types.InlineCompletionOptions())(inline_completion)
     server.feature(types.TEXT_DOCUMENT_COMPLETION, types.CompletionOptions(trigger_characters=[".", "(", " "]))(completion)
+    server.feature(NEXT_EDIT)(next_edit)
     server.feature(STATS)(stats)
     server.feature(TRACE)(trace)
     server.feature(DEBUG_DOCUMENT)(debug_document)

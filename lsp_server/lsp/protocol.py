@@ -121,16 +121,10 @@ class DittoProtocol(LanguageServerProtocol):
         if doc is None:
             log.info("didChange for a document that is not open: %s", uri)
             return
-        text = doc.source
         units = self.workspace.position_codec.client_num_units
-        documents = self._server.documents  # the document session (documents.py)
-        lines = documents.lines_of(doc.uri, text)
-        for change in params.content_changes:
-            if isinstance(change, types.TextDocumentContentChangePartial):
-                text = lines.apply(change.range, change.text, units)
-            else:
-                text = change.text
-                lines = documents.lines_of(doc.uri, text)
+        # The document session applies them with its line table, and records them in its edit history.
+        text = self._server.documents.apply_changes(doc.uri, doc.source, params.content_changes, units,
+                                                    params.text_document.version)
         self.workspace.update_text_document(
             params.text_document, types.TextDocumentContentChangeWholeDocument(text=text))
         if (user_handler := self.fm.features.get(types.TEXT_DOCUMENT_DID_CHANGE)) is not None:
@@ -174,11 +168,17 @@ class Lines:
             i += 1
         return i
 
+    def span(self, rng: types.Range, units) -> tuple[int, int]:
+        """The offsets [a, b) of an LSP range (a reversed one swapped)."""
+        a, b = self.offset(rng.start, units), self.offset(rng.end, units)
+        return (a, b) if a <= b else (b, a)
+
     def apply(self, rng: types.Range, new_text: str, units) -> str:
         """Replace `rng` by `new_text`; returns the new text, which this now describes."""
-        a, b = self.offset(rng.start, units), self.offset(rng.end, units)
-        if b < a:
-            a, b = b, a
+        return self.replace(*self.span(rng, units), new_text)
+
+    def replace(self, a: int, b: int, new_text: str) -> str:
+        """Replace offsets [a, b) by `new_text`; returns the new text, which this now describes."""
         old = self.text
         text = "".join((old[:a], new_text, old[b:]))
         delta = len(text) - len(old)

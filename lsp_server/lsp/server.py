@@ -6,6 +6,7 @@
 |---|---|---|
 | `documents`: the document session | documents.py | open documents, line tables, per-file state, traces, snapshots, the change queue |
 | `service`: the completion service | suggest.py | the model worker (scheduler.py), loading (loading.py), idle work (idle.py), counters (stats.py) |
+| `next_edits`: `ditto/nextEdit` | nextedit.py | the newest request per document, its counts (the edit histories are the session's) |
 | `client`: what the parts say to the client | errors.py | the one error path, notifications, `$/progress` |
 | the LSP methods, one function each | handlers.py | nothing: thin calls into the parts |
 | pygls workarounds (invalid params, edits, a second `initialize`) | protocol.py | the wire |
@@ -31,6 +32,7 @@ from pygls.lsp.server import LanguageServer
 from lsp_server.lsp.documents import DocumentSession
 from lsp_server.lsp.errors import Client
 from lsp_server.lsp.handlers import register
+from lsp_server.lsp.nextedit import NextEdits
 from lsp_server.lsp.protocol import DittoProtocol
 from lsp_server.lsp.suggest import CompletionService
 from lsp_server.settings import Settings, SettingsError
@@ -46,6 +48,7 @@ class DittoServer(LanguageServer):
         self.client = Client(self)
         self.documents = DocumentSession(lambda: self.workspace, lambda: self.service.window_budget())
         self.service = CompletionService(self.documents, self.client, lambda: self.settings)
+        self.next_edits = NextEdits(self.documents)
 
     # -- settings ----------------------------------------------------------------------------
     def apply_settings(self, options, where: str, load: bool = True) -> None:
@@ -68,8 +71,9 @@ class DittoServer(LanguageServer):
     def stats(self, intervals: bool = False) -> dict:
         """`ditto/stats` (stats.py `report`)."""
         p = self.protocol
-        return self.service.stats(open_documents=len(self.workspace.text_documents) if p.initialized else 0,
-                                  protocol_futures=p.requests_under_way, intervals=intervals)
+        out = self.service.stats(open_documents=len(self.workspace.text_documents) if p.initialized else 0,
+                                 protocol_futures=p.requests_under_way, intervals=intervals)
+        return {**out, "next_edit": dict(self.next_edits.counts)}
 
     def report_server_error(self, error, source):
         """pygls's hook for errors out of band: errors.py's one error path."""
