@@ -222,10 +222,11 @@ class DocumentSession:
             moved = {u: (d, d.first_line) for u, d in self._docs.items() if d.applied != d.first_line}
         return Changes(texts, accepted, visits, moved)
 
-    def sync(self, completer, index_budget_bytes: int) -> bool:
+    def sync(self, completer, index_budget_bytes: int, settings=None) -> bool:
         """On the worker: bring the Completer's open buffers (and the drafter's index of them) up to
         date, move prompt windows with their snapshot windows, and hand it the accepted
-        suggestions. True when the index has work left for idle time."""
+        suggestions (kept as `settings`, CompleterSettings, say: `history_tokens`). True when the
+        index has work left for idle time."""
         ch = self.take_changes()
         index = completer.buffers
         index.defer = True  # indexing is idle work here (idle.py), never a request's
@@ -244,7 +245,7 @@ class DocumentSession:
             doc.file.shift(first - doc.applied)
             doc.applied = first
         for uri, shown in ch.accepted:
-            completer.accepted(shown, typed_after(self.document(uri), shown))
+            completer.accepted(shown, typed_after(self.document(uri), shown), settings=settings)
         return bool(ch.texts) and index.pending()
 
     # -- positions ---------------------------------------------------------------------------

@@ -102,7 +102,8 @@ class IdleWork:
     def sync(self, completer) -> None:
         """Bring the Completer's open buffers up to date (documents.py `sync`); indexing left over goes
         on while idle (queued behind the request that runs now; not from inside idle work itself)."""
-        pending = self.documents.sync(completer, int(self._settings().index_memory_mb) << 20)
+        s = self._settings()
+        pending = self.documents.sync(completer, int(s.index_memory_mb) << 20, s.completer_settings())
         if pending and not self.scheduler.idle_running:
             self.schedule()
 

@@ -123,7 +123,8 @@ class ModelLoader:
             completer = build_completer(lm, live.completer_settings(), calibration="fresh", buffers=buffers,
                                         engine=Engine(lm, hooks=self.hooks))
             self.documents.reset_files()  # prompt windows and places were the old model's
-            self.documents.sync(completer, int(live.index_memory_mb) << 20)  # changes made while it was built
+            # Changes made while it was built.
+            self.documents.sync(completer, int(live.index_memory_mb) << 20, live.completer_settings())
             self.completer = completer
             return lm
 
