@@ -333,7 +333,7 @@ end
 --- The keys' expressions (init.lua maps them): what <Tab> / <Esc> do while an edit is shown, or
 --- nil to let the key keep its meaning.
 function M.tab_keys()
-  if M.shown() then
+  if M.shown() and vim.fn.pumvisible() == 0 then  -- the completion menu keeps its keys
     return '<Cmd>lua require("ditto.nextedit").tab()<CR>'
   end
 end
