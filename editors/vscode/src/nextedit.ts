@@ -174,7 +174,7 @@ export class NextEdits implements vscode.Disposable {
     if (this.shown || (now && this.ghostShown(now))) return; // ghost text came meanwhile: it keeps Tab
     this.shown = { answer: e, from: key, target, targetVersion: tdoc.version, range };
     this.counts.shown++;
-    this.log.info(`next edit: ${e.why ?? e.source ?? ""} at ${tdoc.fileName}:${range.start.line + 1}`);
+    this.log.info(`next edit shown: ${JSON.stringify(e)}`); // (test/e2e-next-edit.mjs reads it back)
     void vscode.commands.executeCommand("setContext", CONTEXT_KEY, true);
     this.render();
   }
@@ -214,6 +214,7 @@ export class NextEdits implements vscode.Disposable {
   }
 
   dismiss(): void {
+    if (this.shown) this.log.info("next edit dismissed");
     this.clear("dismissed");
   }
 
@@ -249,6 +250,7 @@ export class NextEdits implements vscode.Disposable {
       return;
     }
     this.counts.applied++;
+    this.log.info(`next edit applied: ${JSON.stringify(s.answer)}`);
     const c = s.answer.cursor;
     const cursor = tdoc.validatePosition(new vscode.Position(c.line, c.character));
     if (editor && editor.document === tdoc) {
