@@ -130,8 +130,14 @@ function M.on_result(client, bufnr, tick, result)
     M.counts.stale = M.counts.stale + 1
     return
   end
-  local target = vim.uri_to_bufnr(result.uri)
-  if not vim.api.nvim_buf_is_loaded(target) then
+  local target  -- a loaded buffer (vim.uri_to_bufnr would add one)
+  for _, b in ipairs(vim.api.nvim_list_bufs()) do
+    if vim.api.nvim_buf_is_loaded(b) and vim.uri_from_bufnr(b) == result.uri then
+      target = b
+      break
+    end
+  end
+  if not target then
     M.counts.stale = M.counts.stale + 1
     return
   end
