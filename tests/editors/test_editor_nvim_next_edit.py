@@ -47,7 +47,7 @@ def other(path):
 
 DRIVER = r"""
 local out_path = assert(vim.env.DITTO_TEST_OUT)
-local mode = assert(vim.env.DITTO_TEST_MODE)  -- 'apply' | 'dismiss' | 'edit' | 'off'
+local mode = assert(vim.env.DITTO_TEST_MODE)  -- 'apply' | 'dismiss' | 'edit' | 'ghost' | 'off'
 local report = { log = {} }
 
 local function finish()
@@ -153,6 +153,27 @@ local function main()
     report.stats = request(client, 'ditto/stats', {})
     return
   end
+  if mode == 'ghost' then
+    -- Ghost text at another line while the next edit is shown: Tab accepts the ghost text.
+    local row = tonumber(vim.env.DITTO_TEST_GHOST_LINE)
+    vim.api.nvim_win_set_cursor(0, { row, 0 })
+    vim.api.nvim_input('A')
+    local gns = vim.api.nvim_get_namespaces()['nvim.lsp.inline_completion']
+    wait_for('ghost text', 30000, function()
+      return #vim.api.nvim_buf_get_extmarks(0, gns, 0, -1, {}) > 0
+    end)
+    report.shown_with_ghost = ne.current ~= nil
+    report.ghost_row = row
+    vim.api.nvim_input('<Tab>')
+    wait_for('the ghost text to be accepted', 10000, function()
+      return lines()[row] ~= report.before[row]
+    end)
+    vim.api.nvim_input('<Esc>')
+    wait_for('normal mode', 5000, function() return vim.api.nvim_get_mode().mode == 'n' end)
+    report.after = lines()
+    report.counts = vim.deepcopy(ne.counts)
+    return
+  end
   if mode == 'edit' then
     -- The user edits instead: the proposal goes. Its answer, handed in again now, is for a
     -- version that is no longer current: dropped.
@@ -194,7 +215,7 @@ vim.schedule(function() assert(coroutine.resume(co)) end)
 """
 
 
-def run(nvim: Path, mode: str, tmp_path: Path, setup_extra: str = "") -> dict:
+def run(nvim: Path, mode: str, tmp_path: Path, setup_extra: str = "", ghost_line: int = 0) -> dict:
     exe = require_serve()
     work = tmp_path / "project"
     work.mkdir()
@@ -210,7 +231,8 @@ def run(nvim: Path, mode: str, tmp_path: Path, setup_extra: str = "") -> dict:
            "PATH": f"{Path(exe).parent}{os.pathsep}{os.environ.get('PATH', '')}",
            "HOME": str(tmp_path), "XDG_CONFIG_HOME": str(tmp_path / "config"),
            "XDG_DATA_HOME": str(tmp_path / "data"), "XDG_STATE_HOME": str(tmp_path / "state"),
-           "XDG_CACHE_HOME": str(tmp_path / "cache"), "DITTO_TEST_OUT": str(out), "DITTO_TEST_MODE": mode}
+           "XDG_CACHE_HOME": str(tmp_path / "cache"), "DITTO_TEST_OUT": str(out), "DITTO_TEST_MODE": mode,
+           "DITTO_TEST_GHOST_LINE": str(ghost_line)}
     cmd = [str(nvim), "--headless", "-u", str(init), "-i", "NONE", "-n", "-c", f"luafile {driver}", str(src)]
     try:
         proc = subprocess.run(cmd, cwd=work, env=env, capture_output=True, text=True, timeout=90)
@@ -306,3 +328,22 @@ def test_an_edit_clears_the_shown_next_edit_and_a_stale_answer_is_dropped(tmp_pa
     assert r["after"][0] == "class LazyFile: # more" and r["after"][1:] == r["before"][1:]  # only the user's edit
     assert r["counts"]["cleared"] == 1 and r["counts"]["applied"] == 0, r["counts"]
     assert r["stale"] == 1 and not r["shown_after_stale"]
+
+
+def test_ghost_text_keeps_tab_while_a_next_edit_is_shown(tmp_path):
+    """Insert mode at a line where tiny-random suggests something, the next edit still shown: Tab
+    accepts the ghost text, and neither jumps to nor applies the next edit."""
+    from tests.editors.test_editor_nvim_plugin import first_suggesting_line
+
+    require(NVIM_012)
+    renamed = SOURCE.replace("class KeepOpenFile:", "class LazyFile:")
+    # run() edits tmp_path/project/files.py: the server's prompt names that path.
+    line = first_suggesting_line(renamed, str(tmp_path / "project" / "files.py"))
+    r = run(NVIM_012, "ghost", tmp_path, ghost_line=line)
+    e = check_shown(r)
+    assert r["shown_with_ghost"]  # both were shown when Tab was pressed
+    row = r["ghost_row"] - 1
+    assert r["after"][row].startswith(r["before"][row]) and r["after"][row] != r["before"][row]  # ghost text in
+    place = r["before"][e["range"]["start"]["line"]]
+    assert "KeepOpenFile" in place and place in r["after"]  # the next edit's place untouched
+    assert r["counts"]["applied"] == 0 and r["counts"]["jumped"] == 0
