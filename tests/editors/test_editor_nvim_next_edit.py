@@ -47,7 +47,7 @@ def other(path):
 
 DRIVER = r"""
 local out_path = assert(vim.env.DITTO_TEST_OUT)
-local mode = assert(vim.env.DITTO_TEST_MODE)  -- 'apply' | 'dismiss' | 'edit' | 'ghost' | 'off'
+local mode = assert(vim.env.DITTO_TEST_MODE)  -- 'apply' | 'dismiss' | 'edit' | 'ghost' | 'other' | 'off'
 local report = { log = {} }
 
 local function finish()
@@ -110,6 +110,16 @@ local function main()
   wait_for('initialize', 30000, function() return client.initialized end)
   instrument(client)
   report.feature = require('ditto').mode()
+  if mode == 'other' then
+    -- A second file open (and attached) in a hidden buffer: the rename's next place is there.
+    vim.cmd('edit ' .. vim.fn.fnameescape(vim.env.DITTO_TEST_OTHER))
+    local other = vim.api.nvim_get_current_buf()
+    wait_for('the client to attach to the other file', 30000, function()
+      return vim.lsp.get_clients({ name = 'ditto', bufnr = other })[1]
+    end)
+    report.other_before = lines()
+    vim.cmd('buffer ' .. bufnr)
+  end
   -- Type the rename at the class's definition: the name changed word-wise, as a user does.
   vim.api.nvim_win_set_cursor(0, { 1, 6 })
   vim.api.nvim_input('ciwLazyFile<Esc>')
@@ -151,6 +161,20 @@ local function main()
     report.cursor_after = cursor()
     report.counts = vim.deepcopy(ne.counts)
     report.stats = request(client, 'ditto/stats', {})
+    return
+  end
+  if mode == 'other' then
+    report.hint = shown[1][4].virt_text and shown[1][4].virt_text[1][1]
+    vim.api.nvim_input('<Tab>')
+    wait_for('the other file', 5000, function() return vim.api.nvim_buf_get_name(0) == vim.env.DITTO_TEST_OTHER end)
+    report.cursor_jumped = cursor()
+    report.other_jumped = lines()
+    vim.api.nvim_input('<Tab>')
+    wait_for('the edit to apply', 5000, function() return not vim.deep_equal(lines(), report.other_jumped) end)
+    report.other_after = lines()
+    report.cursor_after = cursor()
+    report.main_after = vim.api.nvim_buf_get_lines(bufnr, 0, -1, true)
+    report.counts = vim.deepcopy(ne.counts)
     return
   end
   if mode == 'ghost' then
@@ -215,12 +239,15 @@ vim.schedule(function() assert(coroutine.resume(co)) end)
 """
 
 
-def run(nvim: Path, mode: str, tmp_path: Path, setup_extra: str = "", ghost_line: int = 0) -> dict:
+def run(nvim: Path, mode: str, tmp_path: Path, setup_extra: str = "", ghost_line: int = 0,
+        source: str = SOURCE, other: str = "") -> dict:
     exe = require_serve()
     work = tmp_path / "project"
     work.mkdir()
     src = work / "files.py"
-    src.write_text(SOURCE, encoding="utf-8")
+    src.write_text(source, encoding="utf-8")
+    if other:
+        (work / "use.py").write_text(other, encoding="utf-8")
     init = tmp_path / "init.lua"
     init.write_text(README_INIT.replace("~/src/ditto", str(ROOT))
                     .replace("model = 'default',", "model = 'tiny-random'," + setup_extra), encoding="utf-8")
@@ -232,7 +259,7 @@ def run(nvim: Path, mode: str, tmp_path: Path, setup_extra: str = "", ghost_line
            "HOME": str(tmp_path), "XDG_CONFIG_HOME": str(tmp_path / "config"),
            "XDG_DATA_HOME": str(tmp_path / "data"), "XDG_STATE_HOME": str(tmp_path / "state"),
            "XDG_CACHE_HOME": str(tmp_path / "cache"), "DITTO_TEST_OUT": str(out), "DITTO_TEST_MODE": mode,
-           "DITTO_TEST_GHOST_LINE": str(ghost_line)}
+           "DITTO_TEST_GHOST_LINE": str(ghost_line), "DITTO_TEST_OTHER": str(work / "use.py")}
     cmd = [str(nvim), "--headless", "-u", str(init), "-i", "NONE", "-n", "-c", f"luafile {driver}", str(src)]
     try:
         proc = subprocess.run(cmd, cwd=work, env=env, capture_output=True, text=True, timeout=90)
@@ -347,3 +374,22 @@ def test_ghost_text_keeps_tab_while_a_next_edit_is_shown(tmp_path):
     place = r["before"][e["range"]["start"]["line"]]
     assert "KeepOpenFile" in place and place in r["after"]  # the next edit's place untouched
     assert r["counts"]["applied"] == 0 and r["counts"]["jumped"] == 0
+
+
+def test_a_next_edit_in_another_open_file_is_hinted_and_tab_goes_there(tmp_path):
+    """The renamed class is used only in another open file: a hint at the cursor names it, Tab
+    opens it at the place in the window, Tab applies the server's edit there."""
+    require(NVIM_012)
+    lib = 'class KeepOpenFile:\n    """A file that stays open."""\n'
+    use = "from files import KeepOpenFile\n\n\ndef open_stream(path):\n    return KeepOpenFile(path)\n"
+    r = run(NVIM_012, "other", tmp_path, source=lib, other=use)
+    e = r["answer"]["result"]
+    assert e["uri"].endswith("/project/use.py") and r["other_before"] == use.splitlines()
+    s = e["range"]["start"]
+    assert r["hint"].strip() == f"» next edit at use.py:{s['line'] + 1} (Tab)"
+    assert r["cursor_jumped"] == [s["line"] + 1, s["character"]] and r["other_jumped"] == r["other_before"]
+    assert r["other_after"] == applied(r["other_before"], e["range"], e["newText"])
+    assert r["other_after"][0] == "from files import LazyFile"
+    assert r["cursor_after"] == [e["cursor"]["line"] + 1, e["cursor"]["character"]]
+    assert r["main_after"] == r["before"]  # the file renamed in is left as the user left it
+    assert r["counts"]["jumped"] == 1 and r["counts"]["applied"] == 1

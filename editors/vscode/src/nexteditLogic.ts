@@ -16,7 +16,7 @@ export interface NextEditAnswer {
   newText: string;
   oldText: string;
   cursor: Pos;
-  version: number;
+  version: number | null; // the asking document's version; null for an edit in another document
   source?: string;
   why?: string;
 }
@@ -32,7 +32,7 @@ export function parseAnswer(a: unknown): NextEditAnswer | undefined {
   const e = a as NextEditAnswer;
   if (typeof e.uri !== "string" || typeof e.newText !== "string" || typeof e.oldText !== "string") return undefined;
   if (typeof e.range !== "object" || e.range === null || !isPos(e.range.start) || !isPos(e.range.end)) return undefined;
-  if (!isPos(e.cursor) || typeof e.version !== "number") return undefined;
+  if (!isPos(e.cursor) || (typeof e.version !== "number" && e.version !== null)) return undefined;
   const { start, end } = e.range;
   if (end.line < start.line || (end.line === start.line && end.character < start.character)) return undefined;
   return e;
@@ -40,9 +40,9 @@ export function parseAnswer(a: unknown): NextEditAnswer | undefined {
 
 /**
  * Why an answer is not shown, or undefined when it is: it must answer the newest request
- * (`seq`), for the document version still current, and replace exactly the text that is
- * there (`textAtRange`: the target document's text over `range` now, undefined when that
- * document is not open).
+ * (`seq`), for the document version still current (the server's `version` is null for an edit
+ * in another document), and replace exactly the text that is there (`textAtRange`: the target
+ * document's text over `range` now, undefined when that document is not open).
  */
 export function staleness(
   e: NextEditAnswer,
@@ -51,7 +51,7 @@ export function staleness(
   textAtRange: string | undefined,
 ): string | undefined {
   if (request.seq !== now.seq) return "a newer request was made";
-  if (now.version !== request.version || e.version !== request.version) return "the document changed";
+  if (now.version !== request.version || (e.version !== null && e.version !== request.version)) return "the document changed";
   if (textAtRange === undefined) return "its document is not open";
   if (textAtRange !== e.oldText) return "the text there changed";
   return undefined;

@@ -125,8 +125,10 @@ function M.on_result(client, bufnr, tick, result)
     M.counts.none = M.counts.none + 1
     return
   end
+  -- (`version` is null for an edit in another document: the changedtick and its text tell then)
+  local version = result.version ~= vim.NIL and result.version or nil
   if not vim.api.nvim_buf_is_valid(bufnr) or vim.b[bufnr].changedtick ~= tick
-    or result.version ~= vim.lsp.util.buf_versions[bufnr] then
+    or (version ~= nil and version ~= vim.lsp.util.buf_versions[bufnr]) then
     M.counts.stale = M.counts.stale + 1
     return
   end

@@ -22,6 +22,7 @@ test("parseAnswer takes the server's answer and refuses null and malformed ones"
   assert.equal(parseAnswer({ ...ANSWER, cursor: { line: -1, character: 0 } }), undefined);
   assert.equal(parseAnswer({ ...ANSWER, range: { start: ANSWER.range.end, end: ANSWER.range.start } }), undefined);
   assert.equal(parseAnswer({ ...ANSWER, version: undefined }), undefined);
+  assert.deepEqual(parseAnswer({ ...ANSWER, version: null }), { ...ANSWER, version: null }); // another document
 });
 
 test("staleness: the newest request, the current version, the text still there", () => {
@@ -32,6 +33,9 @@ test("staleness: the newest request, the current version, the text still there",
   assert.equal(staleness(ANSWER, req, { seq: 3, version: undefined }, "KeepOpen"), "the document changed");
   assert.equal(staleness({ ...ANSWER, version: 11 }, req, { seq: 3, version: 12 }, "KeepOpen"), "the document changed");
   assert.equal(staleness(ANSWER, req, { seq: 3, version: 12 }, undefined), "its document is not open");
+  // an edit in another document: no version in the answer; the asking document's still counts
+  assert.equal(staleness({ ...ANSWER, version: null }, req, { seq: 3, version: 12 }, "KeepOpen"), undefined);
+  assert.equal(staleness({ ...ANSWER, version: null }, req, { seq: 3, version: 13 }, "KeepOpen"), "the document changed");
   assert.equal(staleness(ANSWER, req, { seq: 3, version: 12 }, "KeepOpem"), "the text there changed");
 });
 
