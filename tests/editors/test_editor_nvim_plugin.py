@@ -432,3 +432,4 @@ def test_checkhealth_reports_command_model_and_features(tmp_path, nvim, feature)
     assert "server command: ditto-lsp serve (" in text, text
     assert "model: tiny-random" in text, text
     assert feature in text, text
+    assert "next-edit suggestions: on (jump/apply <Tab>, dismiss <Esc>)" in text, text

@@ -1,5 +1,6 @@
 """Real editor: the packaged VS Code extension in code-server, driven through chromium
-(editors/vscode/test/e2e.sh and e2e-driver.mjs), so that CI notices when VS Code breaks.
+(editors/vscode/test/e2e.sh and e2e-driver.mjs; e2e-next-edit.mjs for next-edit suggestions), so
+that CI notices when VS Code breaks.
 
 e2e.sh installs what it needs (Debian's chromium and build tools through apt-get, Node 24,
 code-server and playwright-core from npm under ~/.local/share/ditto-vscode-e2e; the first run
@@ -11,6 +12,7 @@ missing with no apt-get, or no root or sudo to run it.
 
 from __future__ import annotations
 
+import json
 import os
 import re
 import shutil
@@ -77,3 +79,70 @@ def test_vscode_ghost_text_typed_while_the_model_loads_appears_and_tab_accepts_i
     out = proc.stdout + proc.stderr
     assert proc.returncode == 0 and "e2e: PASS" in out, out[-6000:]
     assert "request(s) waited for the model" in out, out[-6000:]
+
+
+def logged(shots: Path) -> list[tuple[str, dict | None]]:
+    """What the extension logged of next edits, in order: ("shown" | "applied", the server's answer)
+    and ("dismissed", None)."""
+    found = []
+    for log in sorted(shots.glob("Ditto*.log")):
+        for line in log.read_text(encoding="utf-8").splitlines():
+            m = re.search(r"next edit (shown|applied|dismissed)(?:: (\{.*\}))?\s*$", line)
+            if m:
+                found.append((m.group(1), json.loads(m.group(2)) if m.group(2) else None))
+    return found
+
+
+def offset(text: str, pos: dict) -> int:
+    """The offset of an LSP position in `text` (the fixture is ASCII: UTF-16 units are characters)."""
+    lines = text.split("\n")
+    return sum(len(line) + 1 for line in lines[: pos["line"]]) + pos["character"]
+
+
+def test_vscode_next_edit_tab_jumps_tab_applies_escape_dismisses(tmp_path):
+    """A rename typed at a class's definition; the next edit the server proposes shows as struck
+    old text with the new text after it, Tab moves the cursor to it, Tab applies exactly it and
+    puts the cursor where the server said; the edit after it is dismissed with Escape, nothing
+    changes, and Tab then indents as Tab does."""
+    why = cannot_run()
+    if why:
+        pytest.skip(f"cannot run {E2E.relative_to(ROOT)}: {why}")
+    exe = Path(sys.executable).parent / "ditto-lsp"
+    env = {**os.environ, "DITTO_LSP": str(exe if exe.exists() else shutil.which("ditto-lsp") or exe),
+           "DITTO_E2E_SCENARIO": "next-edit"}
+    shots = tmp_path / "shots"
+    proc = subprocess.run(["bash", str(E2E), str(shots)], cwd=ROOT, env=env, capture_output=True, text=True,
+                          timeout=2400)
+    out = proc.stdout + proc.stderr
+    assert proc.returncode == 0 and "e2e: PASS" in out, out[-6000:]
+    r = json.loads((shots / "next-edit.json").read_text(encoding="utf-8"))
+    # The log: maybe proposals for the rename half typed (each cleared by the next key), then the
+    # one Tab applied, the one after it (shown, dismissed), and, after Tab indents, maybe that again.
+    events = logged(shots)
+    kinds = [k for k, _ in events]
+    assert kinds.count("applied") == 1 and kinds.count("dismissed") == 1, kinds
+    i, j = kinds.index("applied"), kinds.index("dismissed")
+    first = events[i][1]
+    assert events[i - 1] == ("shown", first)  # the edit applied is the one shown last before it
+    assert kinds[i + 1:j] == ["shown"], kinds  # and one more shown, the one dismissed
+    second = events[i + 1][1]
+    before = r["before"]
+    assert "class LazyFile:" in before
+    # drawn: the server's old text struck through, its new text after it
+    assert r["shown"]["struck"] == first["oldText"] and first["newText"] in r["shown"]["after"]
+    # Tab: the cursor at the edit's start (the status bar's Ln/Col are 1-based), still shown
+    start = first["range"]["start"]
+    assert r["cursor_jumped"] == [start["line"] + 1, start["character"] + 1]
+    assert r["shown_after_jump"]["struck"] == first["oldText"]
+    # Tab: exactly the server's edit, the cursor where it said
+    a, b = offset(before, first["range"]["start"]), offset(before, first["range"]["end"])
+    assert r["applied"] == before[:a] + first["newText"] + before[b:]
+    assert "    stream = LazyFile(path)" in r["applied"]
+    assert r["cursor_applied"] == [first["cursor"]["line"] + 1, first["cursor"]["character"] + 1]
+    # the next one shown, then dismissed: nothing changed
+    assert r["next"]["struck"] == second["oldText"]
+    assert r["after_dismiss"] == r["applied"]
+    # nothing shown: Tab indents at the cursor (to the next tab stop of 4 spaces)
+    line, col = r["cursor_dismissed"][0] - 1, r["cursor_dismissed"][1] - 1
+    at = offset(r["applied"], {"line": line, "character": col})
+    assert r["after_tab"] == r["applied"][:at] + " " * (4 - col % 4) + r["applied"][at:]

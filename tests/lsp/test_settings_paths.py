@@ -66,7 +66,7 @@ VALUES = {k: v for k, (_, v) in CHANGED.items()}
 CASES = [*CHANGED.items(), ("drafter", (["--drafter", "model"], "model"))]
 IDS = [f"{k}={v}" for k, (_, v) in CASES]
 
-VSCODE_CLIENT_ONLY = {"enable", "serverCommand", "pythonPath", "serverArgs", "trace.server"}
+VSCODE_CLIENT_ONLY = {"enable", "nextEdit", "serverCommand", "pythonPath", "serverArgs", "trace.server"}
 
 
 def only_changed(s: Settings, **changed) -> None:

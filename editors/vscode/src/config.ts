@@ -5,8 +5,9 @@
  * the extension hands in a getter over `workspace.getConfiguration("ditto")`.
  *
  * Two kinds of settings live under `ditto.*`:
- *  - client-only: enable (handled here by not asking), serverCommand, pythonPath,
- *    serverArgs (changing them restarts the server), trace.server (languageclient's own);
+ *  - client-only: enable (handled here by not asking), nextEdit (next-edit suggestions,
+ *    nextedit.ts), serverCommand, pythonPath, serverArgs (changing them restarts the server),
+ *    trace.server (languageclient's own);
  *  - server settings: sent as `initializationOptions` and, on change, as
  *    `workspace/didChangeConfiguration` `{settings: {ditto: {...}}}`. The server accepts
  *    camelCase names and reloads the model when `model`/`device`/`dtype`/`backend` change.
@@ -21,6 +22,7 @@ import manifest from "../package.json";
 
 export interface DittoSettings {
   enable: boolean;
+  nextEdit: boolean;
   serverCommand: string;
   pythonPath: string;
   serverArgs: string[];
@@ -54,6 +56,7 @@ export const DRAFTERS: readonly string[] = manifest.contributes.configuration.pr
 
 export const DEFAULTS: DittoSettings = {
   enable: true,
+  nextEdit: true,
   serverCommand: "ditto-lsp",
   pythonPath: "",
   serverArgs: [],
@@ -141,6 +144,7 @@ export function readSettings(get: Getter): DittoSettings {
   const seed = get("seed");
   return {
     enable: bool(get("enable"), DEFAULTS.enable),
+    nextEdit: bool(get("nextEdit"), DEFAULTS.nextEdit),
     serverCommand: str(get("serverCommand"), DEFAULTS.serverCommand),
     pythonPath: typeof get("pythonPath") === "string" ? (get("pythonPath") as string).trim() : "",
     serverArgs: Array.isArray(args) ? args.filter((a): a is string => typeof a === "string") : [],

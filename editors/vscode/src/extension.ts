@@ -1,10 +1,11 @@
 /**
  * The VS Code side of Ditto: starts `ditto-lsp serve`, lets vscode-languageclient (>= 10,
- * which turns on LSP 3.18 inline completion by default) show its ghost text, and adds a
- * status bar item, a few commands, a trace webview and a log channel.
+ * which turns on LSP 3.18 inline completion by default) show its ghost text, shows next-edit
+ * suggestions (nextedit.ts), and adds a status bar item, a few commands, a trace webview and a
+ * log channel.
  *
- * The logic worth testing lives in config.ts, stats.ts and trace.ts (no `vscode` import);
- * this file is glue.
+ * The logic worth testing lives in config.ts, stats.ts, trace.ts and nexteditLogic.ts (no
+ * `vscode` import); this file is glue.
  */
 
 import * as vscode from "vscode";
@@ -26,6 +27,7 @@ import { changeKind, configurationParams, describeLaunch, DittoSettings, initial
 import { ProgressValue, progressView, stateView, statsView, StatusView } from "./stats";
 import { classify, Level } from "./serverlog";
 import { renderTraceHtml } from "./trace";
+import { NextEdits } from "./nextedit";
 import * as readline from "node:readline";
 
 const STATS_POLL_MS = 5000;
@@ -77,6 +79,11 @@ class Ditto implements vscode.Disposable {
   private refreshTimer: ReturnType<typeof setTimeout> | undefined;
   private lastCompletedUri: vscode.Uri | undefined;
   private starting: Promise<void> | undefined;
+  readonly nextEdits = new NextEdits(
+    () => this.client,
+    () => this.settings.enable && this.settings.nextEdit,
+    this.log,
+  );
 
   constructor() {
     this.status.name = "Ditto";
@@ -121,6 +128,8 @@ class Ditto implements vscode.Disposable {
         provideInlineCompletionItems: async (document, position, context, token, next) => {
           if (!this.settings.enable) return null;
           const result = await next(document, position, context, token);
+          const items = Array.isArray(result) ? result.length : (result?.items.length ?? 0);
+          if (!token.isCancellationRequested) this.nextEdits.sawInline(document, position, items);
           this.lastCompletedUri = document.uri;
           this.refreshStatsSoon();
           return result;
@@ -214,6 +223,7 @@ class Ditto implements vscode.Disposable {
     if (before.enable !== after.enable && !after.enable) {
       void vscode.commands.executeCommand("editor.action.inlineSuggest.hide");
     }
+    if (!after.enable || !after.nextEdit) this.nextEdits.clear();
     const kind = changeKind(before, after);
     if (kind === "restart") {
       this.log.info("server command changed: restarting");
@@ -372,6 +382,7 @@ class Ditto implements vscode.Disposable {
     if (this.cursorTimer) clearTimeout(this.cursorTimer);
     this.cursorSub?.dispose();
     this.tracePanel?.dispose();
+    this.nextEdits.dispose();
     this.status.dispose();
     this.log.dispose();
   }
@@ -390,6 +401,9 @@ export async function activate(context: vscode.ExtensionContext): Promise<void> 
     vscode.commands.registerCommand("ditto.showStats", () => d.showStats()),
     vscode.commands.registerCommand("ditto.showLog", () => d.showLog()),
     vscode.commands.registerCommand("ditto.menu", () => d.menu()),
+    vscode.commands.registerCommand("ditto.nextEdit.tab", () => d.nextEdits.tab()),
+    vscode.commands.registerCommand("ditto.nextEdit.dismiss", () => d.nextEdits.dismiss()),
+    vscode.commands.registerCommand("ditto.nextEdit.hideGhostText", () => d.nextEdits.hideGhostText()),
     vscode.workspace.onDidChangeConfiguration((e) => d.onConfigurationChanged(e)),
   );
   await d.start();

@@ -9,6 +9,12 @@
 #
 #   editors/vscode/test/e2e.sh [SCREENSHOT_DIR]        (default /tmp/ditto-vscode-e2e)
 #
+# With DITTO_E2E_SCENARIO=next-edit it runs test/e2e-next-edit.mjs instead, on
+# test/fixtures/next_edit.py, the model loaded at once and ghost text off: a rename typed at one
+# place, its next edit shown, Tab to go there, Tab to apply it, Escape to dismiss the one after;
+# what it saw goes to SCREENSHOT_DIR/next-edit.json, the extension's log (the server's answers)
+# beside it.
+#
 # Installs what is missing, outside the repository, idempotently:
 #   Debian: chromium libkrb5-dev libxkbfile-dev libsecret-1-dev build-essential (apt-get, as root
 #     or through sudo)
@@ -35,6 +41,14 @@ CS_VERSION=4.139.1
 PW_VERSION=1.65.1
 CHROMIUM=/usr/bin/chromium
 LOAD_DELAY="${DITTO_E2E_LOAD_DELAY:-45}"
+SCENARIO="${DITTO_E2E_SCENARIO:-ghost-text}"
+case "$SCENARIO" in
+  ghost-text) FIXTURE=example.py DRIVER=e2e-driver.mjs
+    SERVER_ARGS="\"--debug-hooks\", \"--debug-load-delay\", \"$LOAD_DELAY\"" EXTRA_SETTINGS="" ;;
+  next-edit) FIXTURE=next_edit.py DRIVER=e2e-next-edit.mjs SERVER_ARGS=""
+    EXTRA_SETTINGS='"editor.inlineSuggest.enabled": false,' ;;
+  *) echo "e2e: FAIL: unknown DITTO_E2E_SCENARIO $SCENARIO"; exit 1 ;;
+esac
 WS=/tmp/ditto-vscode-e2e-workspace
 T0=$(date +%s)
 
@@ -135,14 +149,14 @@ cleanup() {
 }
 trap cleanup EXIT
 
-cp "$HERE/test/fixtures/example.py" "$WS/example.py"
+cp "$HERE/test/fixtures/$FIXTURE" "$WS/$FIXTURE"
 # The Ditto settings are the README's (serverCommand + model); the rest keeps code-server's
 # first-run pages, update checks and word suggestions out of the way of the test.
 cat >"$UDD/User/settings.json" <<EOF
 {
   "ditto.serverCommand": "$DITTO_LSP",
   "ditto.model": "tiny-random",
-  "ditto.serverArgs": ["--debug-hooks", "--debug-load-delay", "$LOAD_DELAY"],
+  "ditto.serverArgs": [$SERVER_ARGS],$EXTRA_SETTINGS
   "security.workspace.trust.enabled": false,
   "workbench.startupEditor": "none",
   "workbench.tips.enabled": false,
@@ -177,16 +191,20 @@ for _ in $(seq 1 120); do
 done
 curl -sf "http://127.0.0.1:$PORT/healthz" >/dev/null 2>&1 || fail "code-server did not answer on 127.0.0.1:$PORT"
 
-say "driving chromium"
+say "driving chromium ($SCENARIO)"
 timeout "${DITTO_E2E_TIMEOUT:-420}" env NODE_PATH="$TOOLS/pw/node_modules" PW_DIR="$TOOLS/pw" \
-  "$NODE24_BIN/node" "$HERE/test/e2e-driver.mjs" \
-  --url "http://127.0.0.1:$PORT/?folder=$WS" --file "$WS/example.py" --shots "$SHOTS" --chromium "$CHROMIUM" \
-  --load-delay "$LOAD_DELAY"
+  "$NODE24_BIN/node" "$HERE/test/$DRIVER" \
+  --url "http://127.0.0.1:$PORT/?folder=$WS" --file "$WS/$FIXTURE" --shots "$SHOTS" --chromium "$CHROMIUM" \
+  --load-delay "$LOAD_DELAY" --logs "$UDD/logs"
 rc=$?
 # The extension's own log (its output channel: server stderr included) for the record.
 rm -f "$SHOTS"/Ditto*.log
 find "$UDD/logs" -path '*/ditto-lsp.ditto-vscode/*' -name '*.log' -exec cp {} "$SHOTS/" \; 2>/dev/null
 say "screenshots and logs in $SHOTS; total $(( $(date +%s) - T0 )) s"
+if [ $rc -eq 0 ] && [ "$SCENARIO" = next-edit ]; then
+  grep -q "next edit applied: " "$SHOTS"/Ditto*.log 2>/dev/null || fail "no applied next edit in the extension's log ($SHOTS)"
+  echo "e2e: PASS"; exit 0
+fi
 if [ $rc -eq 0 ]; then
   # The driver ran "Ditto: Show Statistics" after accepting: the first server's ditto/stats.
   waited=$(grep -ho '"waited": [0-9]*' "$SHOTS"/*.log 2>/dev/null | head -1 | grep -o '[0-9]*$')

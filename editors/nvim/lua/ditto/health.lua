@@ -19,6 +19,13 @@ function M.check()
   else
     health.error('neither vim.lsp.inline_completion nor vim.lsp.completion found')
   end
+  if ok_ditto and ditto.opts.next_edit ~= false then
+    local keys = ditto.opts.keymaps or {}
+    health.ok(('next-edit suggestions: on (jump/apply %s, dismiss %s)'):format(
+      keys.next_edit or 'unmapped', keys.dismiss or 'unmapped'))
+  else
+    health.info('next-edit suggestions: off (setup({ next_edit = false }))')
+  end
 
   health.start('Ditto: server')
   local config = vim.lsp.config and vim.lsp.config[ok_ditto and ditto.name or 'ditto'] or nil

@@ -11,6 +11,8 @@ M.name = 'ditto'
 ---@field next? string|false Insert mode: next suggestion. Default '<M-]>'.
 ---@field prev? string|false Insert mode: previous suggestion. Default '<M-['>.
 ---@field trigger? string|false Insert mode, 0.11 fallback only: open the completion menu. Default '<C-Space>'.
+---@field next_edit? string|false Normal and insert mode, while a next edit is shown: jump to it, then apply it (the key keeps its meaning otherwise; ghost text comes first). Default '<Tab>'.
+---@field dismiss? string|false Normal and insert mode, while a next edit is shown: dismiss it (then the key does what it does). Default '<Esc>'.
 
 --- Server settings: sent as initializationOptions. The names are the server's own (its Settings
 --- fields, lsp_server/settings.py; `ditto-lsp serve --help` says what each does). Left unset, the
@@ -50,13 +52,19 @@ M.server_options = {
 ---@field filetypes? string[] Filetypes to attach to.
 ---@field enable? boolean Call vim.lsp.enable('ditto'). Default true.
 ---@field keymaps? ditto.Keymaps|false false: set no keymaps.
+---@field next_edit? boolean Next-edit suggestions (lua/ditto/nextedit.lua). Default true.
 
-local client_options = { cmd = true, filetypes = true, enable = true, keymaps = true, init_options = true }
+local client_options = {
+  cmd = true, filetypes = true, enable = true, keymaps = true, init_options = true, next_edit = true,
+}
 
 ---@type ditto.Opts
 M.defaults = {
   enable = true,
-  keymaps = { accept = '<Tab>', next = '<M-]>', prev = '<M-[>', trigger = '<C-Space>' },
+  keymaps = {
+    accept = '<Tab>', next = '<M-]>', prev = '<M-[>', trigger = '<C-Space>', next_edit = '<Tab>', dismiss = '<Esc>',
+  },
+  next_edit = true,
 }
 
 ---@type ditto.Opts
@@ -94,9 +102,34 @@ local function convert(item)
   return { word = first_line(text), abbr = first_line(item.label) }
 end
 
-local function map(bufnr, lhs, rhs, desc, expr)
+local function map(bufnr, lhs, rhs, desc, expr, mode)
   if lhs and lhs ~= '' then
-    vim.keymap.set('i', lhs, rhs, { buffer = bufnr, expr = expr, silent = true, desc = desc })
+    vim.keymap.set(mode or 'i', lhs, rhs, { buffer = bufnr, expr = expr, silent = true, desc = desc })
+  end
+end
+
+--- Next-edit keys (lua/ditto/nextedit.lua): each does its next-edit action while an edit is shown
+--- and keeps its meaning otherwise. In insert mode, where the next-edit key is also the accept key,
+--- init's accept mapping handles both, ghost text first.
+local function map_next_edit(bufnr, keys, insert_shared)
+  local ne = require('ditto.nextedit')
+  local function on(key, action)
+    return function()
+      return action() or key
+    end
+  end
+  for _, mode in ipairs({ 'n', 'i' }) do
+    if not (mode == 'i' and insert_shared) then
+      map(bufnr, keys.next_edit, on(keys.next_edit or '', ne.tab_keys), 'Ditto: jump to the next edit, then apply it',
+        true, mode)
+    end
+    map(bufnr, keys.dismiss, function()
+      local action = ne.dismiss_keys()
+      if action and mode == 'n' then
+        return action
+      end
+      return (action or '') .. keys.dismiss  -- insert mode: dismissed, and insert mode left
+    end, 'Ditto: dismiss the next edit', true, mode)
   end
 end
 
@@ -104,11 +137,13 @@ end
 ---@param bufnr integer
 function M.attach(client, bufnr)
   local keys = M.opts.keymaps or {}
+  local next_edit = M.opts.next_edit ~= false
+  local shared = next_edit and keys.next_edit and keys.next_edit == keys.accept and M.mode() == 'inline_completion'
   if M.mode() == 'inline_completion' then
     vim.lsp.inline_completion.enable(true, { bufnr = bufnr })
     map(bufnr, keys.accept, function()
       if not vim.lsp.inline_completion.get() then
-        return keys.accept
+        return shared and require('ditto.nextedit').tab_keys() or keys.accept
       end
     end, 'Ditto: accept the suggestion', true)
     map(bufnr, keys.next, function()
@@ -122,6 +157,10 @@ function M.attach(client, bufnr)
     map(bufnr, keys.trigger, function()
       vim.lsp.completion.get()
     end, 'Ditto: show the suggestion in the completion menu')
+  end
+  if next_edit then
+    require('ditto.nextedit').attach(client, bufnr)
+    map_next_edit(bufnr, keys, shared)
   end
   M.follow_cursor(client, bufnr)
 end

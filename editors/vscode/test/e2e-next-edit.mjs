@@ -1,0 +1,230 @@
+// Playwright driver for test/e2e.sh's next-edit scenario (DITTO_E2E_SCENARIO=next-edit): in
+// code-server, a class is renamed by typing at its definition; Ditto's next edit must then show
+// at the next use (the old text struck through, the new text after it), Tab must move the cursor
+// there and a second Tab apply it; the edit that follows is then dismissed with Escape, after
+// which nothing changes and Tab is Tab again (it indents). Writes what it saw to
+// SHOTS/next-edit.json (tests/editors/test_editor_vscode.py checks it against the server's
+// answers, which the extension logs), and screenshots. Exits 0 when every step happened, else 1.
+//
+//   node e2e-next-edit.mjs --url URL --file WORKSPACE_FILE --shots DIR --chromium /usr/bin/chromium \
+//     --logs USER_DATA_DIR/logs   (where the extension's log says "model ready")
+//
+// playwright-core is resolved from $PW_DIR (test/e2e.sh installs it outside the repository).
+import { createRequire } from "node:module";
+import { readdirSync, readFileSync, writeFileSync } from "node:fs";
+import path from "node:path";
+
+const arg = (name, dflt) => {
+  const i = process.argv.indexOf(`--${name}`);
+  return i >= 0 ? process.argv[i + 1] : dflt;
+};
+const URL_ = arg("url");
+const FILE = arg("file");
+const SHOTS = arg("shots", "/tmp/ditto-vscode-e2e");
+const CHROMIUM = arg("chromium", "/usr/bin/chromium");
+const LOGS = arg("logs");
+const OLD = "KeepOpenFile";
+const NEW = "LazyFile";
+const require = createRequire(path.join(process.env.PW_DIR ?? process.cwd(), "/"));
+const { chromium } = require("playwright-core");
+
+const t0 = Date.now();
+const log = (msg) => console.log(`[next-edit ${((Date.now() - t0) / 1000).toFixed(1).padStart(5)}s] ${msg}`);
+const visible = (s) => JSON.stringify(s.length > 160 ? s.slice(0, 160) + "…" : s);
+const report = {};
+
+let page;
+async function shot(name) {
+  try {
+    await page.screenshot({ path: path.join(SHOTS, name) });
+  } catch (e) {
+    log(`screenshot ${name} failed: ${e.message}`);
+  }
+}
+
+async function statusText() {
+  const item = page.locator(".statusbar-item", { hasText: "Ditto" }).first();
+  return (await item.count()) ? (await item.innerText()).replace(/\s+/g, " ").trim() : "";
+}
+
+/** The cursor as the status bar shows it: [line, column], 1-based. */
+async function cursor() {
+  const t = await page.locator("#status\\.editor\\.selection").first().innerText().catch(() => "");
+  const m = /Ln (\d+), Col (\d+)/.exec(t);
+  return m ? [Number(m[1]), Number(m[2])] : null;
+}
+
+async function ghostText() {
+  return page.evaluate(() => {
+    const els = [...document.querySelectorAll(".monaco-editor .ghost-text-decoration, .monaco-editor .ghost-text")];
+    return els.map((e) => e.textContent ?? "").join("\n");
+  });
+}
+
+/** What the editor draws for a next edit: struck-through text, and text drawn after it by a
+ * decoration (the ::after content VS Code generates for it; the cursor line's hint included). */
+async function decorations() {
+  return page.evaluate(() => {
+    const struck = [];
+    const after = [];
+    for (const el of document.querySelectorAll(".editor-instance .view-lines span")) {
+      const st = getComputedStyle(el);
+      if (st.textDecorationLine.includes("line-through") && el.children.length === 0) struck.push(el.textContent ?? "");
+      for (const pseudo of ["::after", "::before"]) {
+        const c = getComputedStyle(el, pseudo).content;
+        if (c && c !== "none" && c !== "normal" && c !== '""') after.push(JSON.parse(c));
+      }
+    }
+    return { struck: struck.join("").replace(/\u00a0/g, " "), after: after.map((s) => s.replace(/\u00a0/g, " ")) };
+  });
+}
+
+/** Whether the extension's log says the model is ready: after that the extension asks for ghost
+ * text once (ditto/modelReady), so typing waits for it (ghost text shown keeps the next edit away). */
+function modelReady() {
+  const walk = (dir) =>
+    readdirSync(dir, { withFileTypes: true }).flatMap((e) =>
+      e.isDirectory() ? walk(path.join(dir, e.name)) : [path.join(dir, e.name)],
+    );
+  try {
+    return walk(LOGS).some((f) => f.includes("ditto-lsp.ditto-vscode") && f.endsWith(".log") && readFileSync(f, "utf8").includes("] model ready"));
+  } catch {
+    return false;
+  }
+}
+
+async function waitFor(what, ms, cond) {
+  const until = Date.now() + ms;
+  for (;;) {
+    const v = await cond();
+    if (v) return v;
+    if (Date.now() > until) {
+      await shot(`fail-${what.replace(/\W+/g, "-")}.png`);
+      throw new Error(`timed out waiting for ${what}`);
+    }
+    await page.waitForTimeout(100);
+  }
+}
+
+async function save(previous) {
+  await page.keyboard.press("Control+S");
+  let text = previous;
+  for (let i = 0; i < 50 && text === previous; i++) {
+    await page.waitForTimeout(100);
+    text = readFileSync(FILE, "utf8");
+  }
+  return text;
+}
+
+async function main() {
+  const browser = await chromium.launch({
+    executablePath: CHROMIUM,
+    headless: true,
+    args: ["--no-sandbox", "--disable-gpu", "--disable-background-networking", "--disable-component-update", "--no-first-run", "--disable-dev-shm-usage"],
+  });
+  const context = await browser.newContext({ viewport: { width: 1400, height: 850 } });
+  page = await context.newPage();
+  page.on("pageerror", (e) => log(`page error: ${e.message}`));
+  try {
+    await page.goto(URL_, { waitUntil: "domcontentloaded", timeout: 60000 });
+    await page.locator(".monaco-workbench").waitFor({ timeout: 120000 });
+    const base = path.basename(FILE);
+    for (let attempt = 0; attempt < 3; attempt++) {
+      await page.locator(".monaco-workbench").click({ position: { x: 700, y: 400 } }).catch(() => {});
+      await page.keyboard.press("Control+P");
+      const input = page.locator(".quick-input-widget input");
+      if (await input.waitFor({ state: "visible", timeout: 10000 }).then(() => true, () => false)) {
+        await input.fill(base);
+        await page.locator(".quick-input-list .monaco-list-row", { hasText: base }).first().waitFor({ timeout: 20000 });
+        await page.keyboard.press("Enter");
+        break;
+      }
+    }
+    const editor = page.locator(".editor-instance .monaco-editor").first();
+    await editor.locator(".view-lines", { hasText: `class ${OLD}` }).waitFor({ timeout: 30000 });
+    log(`${base} open`);
+    await waitFor("the model", 180000, async () => modelReady());
+    log(`model ready; status bar: ${visible(await statusText())}`);
+
+    // The rename, typed: the name at `class KeepOpenFile:` selected word-wise and typed anew.
+    const original = readFileSync(FILE, "utf8");
+    const row = original.split("\n").findIndex((l) => l.startsWith(`class ${OLD}`));
+    await editor.locator(".view-lines").click();
+    await page.keyboard.press("Control+Home");
+    for (let i = 0; i < row; i++) await page.keyboard.press("ArrowDown");
+    await page.keyboard.press("Home");
+    for (let i = 0; i < "class ".length; i++) await page.keyboard.press("ArrowRight");
+    await page.keyboard.press("Control+Shift+ArrowRight");
+    await page.keyboard.type(NEW, { delay: 60 });
+    report.before = await save(original); // the file as the next edit finds it
+    if (!report.before.includes(`class ${NEW}:`)) throw new Error(`the rename was not typed: ${visible(report.before)}`);
+    report.cursor_before = await cursor();
+    log(`typed the rename; cursor ${report.cursor_before}`);
+
+    // The next edit shows: the old text struck through, the new text after it. Ghost text (the
+    // extension asks for it once when the model is ready, even with inline suggestions off) keeps
+    // it away while shown: Escape hides it, and the next edit is asked for then.
+    const shown = await waitFor("the next edit to show", 30000, async () => {
+      const d = await decorations();
+      if (d.struck) return d;
+      if ((await ghostText()).trim()) {
+        log(`ghost text shown: ${visible(await ghostText())}; Escape`);
+        report.ghost_hidden = (report.ghost_hidden ?? 0) + 1;
+        await page.keyboard.press("Escape");
+      }
+      return null;
+    });
+    report.shown = shown;
+    log(`shown: struck ${visible(shown.struck)}, after ${visible(JSON.stringify(shown.after))}`);
+    await shot("ne-1-shown.png");
+
+    // Tab: the cursor goes there; nothing changes yet.
+    await page.keyboard.press("Tab");
+    report.cursor_jumped = await waitFor("the cursor to jump", 10000, async () => {
+      const c = await cursor();
+      return c && c[0] !== report.cursor_before[0] ? c : null;
+    });
+    report.shown_after_jump = await decorations();
+    report.dirty_after_jump = readFileSync(FILE, "utf8") !== report.before;
+    log(`Tab: cursor ${report.cursor_jumped}`);
+    await shot("ne-2-jumped.png");
+
+    // Tab again: applied.
+    await page.keyboard.press("Tab");
+    report.cursor_applied = await waitFor("the edit to apply (the cursor moves)", 10000, async () => {
+      const c = await cursor();
+      return c && (c[0] !== report.cursor_jumped[0] || c[1] !== report.cursor_jumped[1]) ? c : null;
+    });
+    report.applied = await save(report.before);
+    log(`Tab: applied; cursor ${report.cursor_applied}`);
+    await shot("ne-3-applied.png");
+
+    // The edit that follows (the rename's next use) shows; Escape dismisses it.
+    report.next = await waitFor("the following next edit", 30000, async () => {
+      const d = await decorations();
+      return d.struck ? d : null;
+    });
+    await page.keyboard.press("Escape");
+    await waitFor("the dismissed edit to go", 10000, async () => !(await decorations()).struck || null);
+    report.cursor_dismissed = await cursor();
+    report.after_dismiss = readFileSync(FILE, "utf8");
+    log(`Escape: dismissed; cursor ${report.cursor_dismissed}`);
+    await shot("ne-4-dismissed.png");
+    // Nothing shown: Tab is Tab (it indents at the cursor), no jump, no edit elsewhere.
+    await page.keyboard.press("Tab");
+    report.after_tab = await save(report.after_dismiss);
+    report.cursor_after_tab = await cursor();
+    await shot("ne-5-tab.png");
+    writeFileSync(path.join(SHOTS, "next-edit.json"), JSON.stringify(report, null, 2));
+    await browser.close();
+    return 0;
+  } catch (e) {
+    log(`FAIL: ${e.message}`);
+    writeFileSync(path.join(SHOTS, "next-edit.json"), JSON.stringify({ ...report, error: e.message }, null, 2));
+    await shot("fail.png");
+    await browser.close();
+    return 1;
+  }
+}
+
+process.exit(await main());
