@@ -22,7 +22,7 @@ from collections import OrderedDict
 from dataclasses import dataclass, field, replace
 from typing import Callable
 
-from drafters import NGramDrafter
+from drafters.suffix import SuffixDrafter
 from drafters.registry import DraftContext, make_drafter
 from lsp_server.backends.base import GeneratingModel, Generator
 from lsp_server.completion.buffers import HISTORY, open_buffers
@@ -97,7 +97,7 @@ class Completer:
         self.pass_costs: dict[int, float] | None = None  # T(n) in ms, when measured or read at build (build.py)
         # The tokenizer's text functions let the lookup heal a token the cursor split
         # (drafters/ngram.py); a model without them drafts by ids only.
-        self.ngram = NGramDrafter(token_text=lm.token_text, encode=lm.encode)
+        self.ngram = SuffixDrafter(token_text=lm.token_text, encode=lm.encode)  # the `ngram` drafter (drafters/suffix.py)
         self._buffers: dict[str, str] = {}
         self._places: dict[str, Place] = {}  # key -> the last generation answered there (type-through, continuation)
         self.continued = 0  # generations resumed after their deadline (idle work or a request)
