@@ -126,12 +126,15 @@ class SuffixDrafter(NGramDrafter):
         # The generation that just ended is remembered once the next one has another prompt: a
         # request repeated at the same place is the user asking again after dismissing it, and is
         # decoded as the first time (the one before is remembered then).
-        last = self._last
-        if last is not None and (len(last[0]) != len(context) or list(context) != last[0]):
-            self._remember(last[1])
-            last = self._last = None
+        done = [self._last] if self._last is not None else []
         if n > self._start:
-            self._last = (held[: self._start], held[max(0, self._start - self.MEMORY_LEAD) :])
+            done.append((held[: self._start], held[max(0, self._start - self.MEMORY_LEAD) :]))
+        self._last = None
+        for prompt, tokens in done:
+            if len(prompt) == len(context) and list(context) == prompt:
+                self._last = (prompt, tokens)  # (the newest of them; they hold the same tokens)
+            else:
+                self._remember(tokens)
         self._suffix.set_tokens(context)
         self._held, self._start = list(context), len(context)
         return True

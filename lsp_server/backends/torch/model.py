@@ -323,6 +323,7 @@ class TorchModel(TensorBackend):
         Armed on the cache, so the pass itself goes through `forward` (and any wrapper of it)."""
         cache._tree = trees.check_parents(parents)
 
+    @torch.inference_mode()
     def keep_rows(self, cache, start: int, rows: Sequence[int]) -> None:
         """After a tree pass that began at `start`: keep, of its rows, those at offsets `rows`
         (increasing, 0 = the root), moved to start, start + 1, ...; drop the rest."""
