@@ -40,7 +40,7 @@ import heapq
 from typing import Sequence
 
 from drafters.base import Proposal
-from drafters.ngram import CONTEXT, NGramDrafter, NGramIndex
+from drafters.ngram import CONTEXT, NGramDrafter, NGramIndex, Query
 
 MEMORY = "memory"
 SEPARATOR = (1 << NGramIndex.BITS) - 2  # ends each remembered generation; no vocabulary has this id
@@ -155,9 +155,13 @@ class SuffixDrafter(NGramDrafter):
         """(longest match, [(weight, position, source, index)]) over every source."""
         found = []  # (source no, n, position)
         longest = 0
+        queries: dict[tuple[int, int], Query] = {}  # one per index shape, asked of every index of that shape
         for i, (name, w, n_min, idx) in enumerate(sources):
             top = min(idx.n_max, len(context))
-            runs = idx.runs(context[len(context) - top :])
+            query = queries.get((idx.n_min, idx.n_max))
+            if query is None:
+                query = queries[idx.n_min, idx.n_max] = Query(context[len(context) - top :], idx.n_min, idx.n_max)
+            runs = idx.runs(query)
             seen: set[int] = set()
             own = 0  # this source's longest match
             for n in range(top, n_min - 1, -1):
