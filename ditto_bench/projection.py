@@ -113,14 +113,28 @@ def markdown(p: dict) -> str:
         table(p)])
 
 
+def compact(results: dict) -> dict:
+    """What `project` needs from a results.json: meta and the Ditto systems' passes and rounds."""
+    keep = ("task", "system", "generated", "target_passes", "rounds", "draft_ms", "identical")
+    meta = {k: v for k, v in (results.get("meta") or {}).items() if not isinstance(v, (list, dict))}
+    tasks = [{k: r.get(k) for k in keep} for r in results.get("tasks", []) if r.get("rounds") is not None]
+    return {"about": "passes recorded by a CPU run of `ditto-lsp bench` (ditto_bench/projection.py prices them)",
+            "meta": meta, "tasks": tasks}
+
+
 def main(argv: list[str] | None = None) -> int:
     ap = argparse.ArgumentParser(prog="python -m ditto_bench.projection", description=__doc__.splitlines()[0])
     ap.add_argument("results", type=Path, help="results.json of a `ditto-lsp bench` run")
     ap.add_argument("--gpu", type=Path, default=DEFAULT_GPU, help=f"gpucheck.json (default {DEFAULT_GPU.name} of docs/perf/gpu)")
     ap.add_argument("--json", action="store_true", help="print JSON instead of a table")
+    ap.add_argument("--save-compact", type=Path, default=None, metavar="PATH",
+                    help="write the compact copy of RESULTS (what the GPU check's tree projection reads) and stop")
     args = ap.parse_args(argv)
     try:
         results = json.loads(args.results.read_text())
+        if args.save_compact:
+            args.save_compact.write_text(json.dumps(compact(results), separators=(",", ":")) + "\n")
+            return 0
         p = project(results["tasks"], gpu_costs(args.gpu))
     except (OSError, ValueError, KeyError) as err:
         raise SystemExit(f"projection: {err}") from None
