@@ -209,3 +209,17 @@ def test_fit_keeps_a_best_first_prefix_within_the_limits():
     assert parents_of(Proposal([1, 2], tree=[-1, -1])) == [-1, -1]
     with pytest.raises(ValueError):
         tiny_random().tree_next(object(), [0, -1])
+
+
+def test_trees_on_take_the_sixteen_row_fixed_shape():
+    from lsp_server.backends.torch.options import pass_options, trees_option, with_tree_rows
+
+    cuda, bf16 = torch.device("cuda"), torch.bfloat16
+    assert trees_option({}) is None and trees_option({"DITTO_TREES": "1"}) is True
+    assert trees_option({"DITTO_TREES": "0"}) is False
+    with pytest.raises(Exception):
+        trees_option({"DITTO_TREES": "maybe"})
+    opts = pass_options(cuda, {}, bf16)
+    assert with_tree_rows(opts, True, {})["pad_to"] == 16 and with_tree_rows(opts, None, {})["pad_to"] == 9
+    env = {"DITTO_FIXED_SHAPE": "12"}
+    assert with_tree_rows(pass_options(cuda, env, bf16), True, env)["pad_to"] == 12

@@ -57,6 +57,7 @@ from lsp_server.backends.torch.options import (
     small_batch_matmul_on,
     torch_block,
     trees_option,
+    with_tree_rows,
 )
 
 log = logging.getLogger(__name__)
@@ -469,7 +470,9 @@ class TorchModel(TensorBackend):
 
 def wrap(spec, name, model, tok, dev, dt) -> TorchModel:
     """A loaded transformers module as a TorchModel, with the pass options of the environment (options.py)."""
-    lm = TorchModel(spec, name, model, tok, dev, dt, **pass_options(dev, dtype=dt), tree_passes=trees_option())
+    trees = trees_option()
+    lm = TorchModel(spec, name, model, tok, dev, dt, **with_tree_rows(pass_options(dev, dtype=dt), trees),
+                    tree_passes=trees)
     if dev.type == "cpu" and small_batch_matmul_on():
         small_batch_matmul(model)
     return lm

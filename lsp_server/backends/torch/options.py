@@ -73,6 +73,19 @@ def trees_option(env=None) -> bool | None:
     raise ModelError(f"DITTO_TREES={raw!r}: use 0 or 1")
 
 
+TREE_PASS_ROWS = 16  # the fixed shape for trees: the largest the H200 measured flat (docs/gpu.md, "Trees")
+
+
+def with_tree_rows(opts: dict, trees: bool | None, env=None) -> dict:
+    """`pass_options` for trees: with DITTO_TREES=1 the default fixed shape has TREE_PASS_ROWS rows
+    (trees of 15 nodes; T(16) 3.71 ms against T(9) 3.66 ms on the H200, docs/perf/gpu/gpucheck.json),
+    unless DITTO_FIXED_SHAPE names a row count."""
+    raw = (os.environ if env is None else env).get("DITTO_FIXED_SHAPE", "").strip()
+    if trees and opts.get("pad_to") == DEFAULT_PASS_ROWS and not (raw.isdigit() and int(raw) >= 2):
+        return {**opts, "pad_to": TREE_PASS_ROWS}
+    return opts
+
+
 def small_batch_matmul(model: torch.nn.Module, rows: tuple[int, int] = (2, 4)) -> int:
     """Compute the linear layers of a verify pass over 2-4 tokens as (W @ x.T).T on the CPU.
 
