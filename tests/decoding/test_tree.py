@@ -223,3 +223,48 @@ def test_trees_on_take_the_sixteen_row_fixed_shape():
     assert with_tree_rows(opts, True, {})["pad_to"] == 16 and with_tree_rows(opts, None, {})["pad_to"] == 9
     env = {"DITTO_FIXED_SHAPE": "12"}
     assert with_tree_rows(pass_options(cuda, env, bf16), True, env)["pad_to"] == 12
+
+
+class RandomTrees:
+    """Random weighted trees over a small vocabulary (the sampling test's)."""
+
+    name = "random-trees"
+
+    def __init__(self, seed, vocab):
+        self.rng, self.vocab = random.Random(seed), vocab
+
+    def propose(self, context, k):
+        n = self.rng.randrange(1, 7)
+        tree = [self.rng.randrange(-1, i) for i in range(n)]
+        return Proposal([self.rng.randrange(self.vocab) for _ in range(n)], source="context", match_len=2, tree=tree,
+                        weights=[0.5] * n)
+
+    def update_source(self, name, tokens):
+        pass
+
+    def forget_source(self, name):
+        pass
+
+
+@pytest.mark.parametrize("kind", ["random-trees", "suffix"])
+def test_sampling_with_tree_drafts_keeps_the_distribution(kind):
+    """Sampling verifies a tree's main path with the one-hot rejection rule: the output is
+    distributed as plain sampling's (chi-square, as tests/decoding/test_sampling.py)."""
+    from drafters.suffix import SuffixDrafter
+    from lsp_server.backends.tiny import tiny_random_model
+
+    from support.sampling import LENGTH, N, PROMPT, V, chi_square_pvalue, exact_distribution
+
+    model = tiny_random_model(V, seed=3, hidden=32, init_std=0.15)
+    lm = TorchModel("tiny-v8", "tiny-v8", model, None, torch.device("cpu"), torch.float32, stop_ids=frozenset(),
+                    vocab_size=V)
+    kw = dict(temperature=1.0, draft_max=3)
+    dist = exact_distribution(lm, DecodeOptions(temperature=1.0))
+    engine, counts = Engine(lm), {}
+    for i in range(N):
+        drafter = RandomTrees(i, V) if kind == "random-trees" else SuffixDrafter()
+        out = engine.generate(PROMPT, drafter=drafter, options=DecodeOptions(max_new_tokens=LENGTH, seed=10_000 + i, **kw),
+                              cache_key="prompt")
+        assert not any(r.nodes for r in out.rounds)
+        counts[tuple(out.tokens)] = counts.get(tuple(out.tokens), 0) + 1
+    assert chi_square_pvalue(counts, dist, N) > 1e-3, counts
