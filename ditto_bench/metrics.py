@@ -295,6 +295,7 @@ def summarise_session(records: list[dict]) -> dict:
             **drafting(model),
         }
     _same_output_rates(records, summary)
+    _same_suggestion_rates(records, summary)
     for s, v in summary.items():
         nr = summary.get(f"{s}-noreuse")
         if s.endswith("-noreuse") or not nr:
@@ -336,6 +337,33 @@ def _same_output_rates(records: list[dict], summary: dict) -> None:
             v["identical_to_off_rate"], v["identical_to_off_compared"] = rate(s, "off")
         if s.endswith("-noreuse") and base in summary:
             v["identical_to_reuse_rate"], v["identical_to_reuse_compared"] = rate(s, base)
+
+
+def _same_suggestion_rates(records: list[dict], summary: dict) -> None:
+    """Session mode's exactness by completion mode's rule (runner.same_output): the same text, and
+    one token list a prefix of the other. `identical_to_off_rate` compares token lists exactly, and a
+    system that gains several tokens per pass may generate a few tokens past the point where the
+    stop rules cut `off`'s suggestion (they never reach the user); this one leaves those out."""
+    by: dict[tuple[str, str], list[dict]] = {}
+    for r in records:
+        by.setdefault((r["system"], r["session"]), []).append(r)
+    for s, v in summary.items():
+        if s == "off" or s.endswith("-noreuse") or "off" not in summary:
+            continue
+        same = n = 0
+        for (system, session), rs in by.items():
+            if system != s:
+                continue
+            for mine, ref in zip(rs, by.get(("off", session), [])):
+                if mine.get("error") or ref.get("error") or mine.get("typethrough") or ref.get("typethrough") \
+                        or "text" not in mine or "text" not in ref:
+                    continue
+                a, b = mine.get("tokens") or [], ref.get("tokens") or []
+                k = min(len(a), len(b))
+                n += 1
+                same += mine["text"] == ref["text"] and a[:k] == b[:k]
+        if n:
+            v["same_suggestion_as_off_rate"], v["same_suggestion_as_off_compared"] = _r(same / n), n
 
 
 def mismatches(records: list[dict]) -> list[dict]:

@@ -84,13 +84,16 @@ def steps_table(summary: dict) -> str:
 def drafting_table(summary: dict) -> str:
     """What the drafts bought (metrics.drafting): tokens per pass and where no draft was."""
     head = ("| system | target passes | tokens per pass | passes with no draft | tree passes | rows per pass | "
-            "drafting ms per pass |")
+            "drafting ms per pass | same suggestion as off |")
     rows = [head, "|" + "---|" * (head.count("|") - 1)]
     for s, v in summary.items():
         if v.get("tokens_per_pass") is None:
             continue
+        same = v.get("same_suggestion_as_off_rate", v.get("identical_rate"))
+        n = v.get("same_suggestion_as_off_compared", v.get("tasks"))
+        cell = f"{_pct(same)} ({n})" if s != "off" and same is not None else "–"
         rows.append(f"| {s} | {v['passes']} | {_f(v['tokens_per_pass'], 3)} | {v['no_draft_passes']} | "
-                    f"{v['tree_passes']} | {_f(v['rows_per_pass'], 2)} | {_f(v.get('draft_ms_per_pass'), 3)} |")
+                    f"{v['tree_passes']} | {_f(v['rows_per_pass'], 2)} | {_f(v.get('draft_ms_per_pass'), 3)} | {cell} |")
     return "\n".join(rows) if len(rows) > 2 else ""
 
 
