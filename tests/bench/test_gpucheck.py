@@ -123,6 +123,14 @@ def test_gpu_check_script_runs_end_to_end_on_the_cpu(tmp_path):
     assert res["goals"]["speculative_equals_plain"]["met"] is True
     assert res["decision"]["fixed_shape_default_on_cuda"] is False
 
+    # The script runs the tree phase too (float32 here, so rows need not be bit-identical; the
+    # engine's output must equal plain decoding all the same).
+    t = res["trees"]
+    assert t["rows"] == 16 and t["invariance"]["argmax_agree"] == t["invariance"]["rows"] > 0
+    assert t["engine"]["exactness"]["mismatches"] == 0 and t["engine"]["exactness"]["tree_passes"] > 0
+    assert t["decision"]["trees_default_on_cuda"] is False
+    assert "## Trees" in (out / "gpucheck.md").read_text()
+
 
 def test_gpu_check_measures_the_tree_path_on_the_cpu_in_bf16(tmp_path):
     """The tree phase (ditto_bench/gputree.py) in the configuration the GPU runs, bf16 through the
