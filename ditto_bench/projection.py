@@ -20,7 +20,8 @@ T(R) whatever its draft. This module prices a `ditto-lsp bench` run's passes tha
 T(n) is the GPU check's `graphed_static` curve (best of 10, n = 1..16; equal to its fixed
 shape at 9 rows within 0.5%). The result is labelled a projection everywhere it is written.
 
-Command: `python -m ditto_bench.projection RESULTS.json [--gpu docs/perf/gpu/gpucheck.json]`.
+Command: `python -m ditto_bench.projection RESULTS.json [MORE.json ...] [--gpu docs/perf/gpu/gpucheck.json]`
+(several runs are priced as one: their passes pooled per system).
 """
 
 from __future__ import annotations
@@ -87,6 +88,7 @@ def project(records: list[dict], gpu: dict) -> dict:
         ms = passes * cost(costs, rows) + draft_ms + trees * TREE_MS if s != "off" else tokens * cost(costs, 9)
         tps = tokens / (ms / 1000)
         out["systems"][s] = {"tokens": tokens, "passes": passes, "tokens_per_pass": round(tokens / passes, 3),
+                             "no_draft_passes": sum(1 for x in rounds if not x[2]),
                              "rows": rows, "tree_passes": trees, "draft_ms_per_pass": round(draft_ms / passes, 3),
                              "ms_per_pass": round(ms / passes, 3), "tokens_per_s": round(tps, 1),
                              "vs_off": round(tps * cost(costs, 9) / 1000, 2),
@@ -113,29 +115,39 @@ def markdown(p: dict) -> str:
         table(p)])
 
 
-def compact(results: dict) -> dict:
-    """What `project` needs from a results.json: meta and the Ditto systems' passes and rounds."""
+def compact(results: dict, without: tuple[str, ...] = ()) -> dict:
+    """What `project` needs from a results.json: meta and the Ditto systems' passes and rounds
+    (`without`: systems left out, e.g. `off`, whose passes are one token each, to keep a copy small)."""
     keep = ("task", "system", "generated", "target_passes", "rounds", "draft_ms", "identical")
     meta = {k: v for k, v in (results.get("meta") or {}).items() if not isinstance(v, (list, dict))}
-    tasks = [{k: r.get(k) for k in keep} for r in results.get("tasks", []) if r.get("rounds") is not None]
+    if without:
+        meta["left_out"] = ",".join(without)
+    tasks = [{k: r.get(k) for k in keep} for r in results.get("tasks", [])
+             if r.get("rounds") is not None and r.get("system") not in without]
     return {"about": "passes recorded by a CPU run of `ditto-lsp bench` (ditto_bench/projection.py prices them)",
             "meta": meta, "tasks": tasks}
 
 
 def main(argv: list[str] | None = None) -> int:
     ap = argparse.ArgumentParser(prog="python -m ditto_bench.projection", description=__doc__.splitlines()[0])
-    ap.add_argument("results", type=Path, help="results.json of a `ditto-lsp bench` run")
+    ap.add_argument("results", type=Path, nargs="+",
+                    help="results.json of a `ditto-lsp bench` run (or its compact copy); several are priced as one")
     ap.add_argument("--gpu", type=Path, default=DEFAULT_GPU, help=f"gpucheck.json (default {DEFAULT_GPU.name} of docs/perf/gpu)")
     ap.add_argument("--json", action="store_true", help="print JSON instead of a table")
     ap.add_argument("--save-compact", type=Path, default=None, metavar="PATH",
                     help="write the compact copy of RESULTS (what the GPU check's tree projection reads) and stop")
+    ap.add_argument("--without", default="", metavar="SYSTEMS",
+                    help="with --save-compact: comma-separated systems to leave out (e.g. off)")
     args = ap.parse_args(argv)
     try:
-        results = json.loads(args.results.read_text())
+        runs = [json.loads(path.read_text()) for path in args.results]
         if args.save_compact:
-            args.save_compact.write_text(json.dumps(compact(results), separators=(",", ":")) + "\n")
+            if len(runs) != 1:
+                raise ValueError("--save-compact takes one RESULTS file")
+            without = tuple(s for s in args.without.split(",") if s)
+            args.save_compact.write_text(json.dumps(compact(runs[0], without), separators=(",", ":")) + "\n")
             return 0
-        p = project(results["tasks"], gpu_costs(args.gpu))
+        p = project([r for run in runs for r in run["tasks"]], gpu_costs(args.gpu))
     except (OSError, ValueError, KeyError) as err:
         raise SystemExit(f"projection: {err}") from None
     print(json.dumps(p, indent=1) if args.json else markdown(p))

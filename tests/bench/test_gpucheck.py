@@ -183,3 +183,26 @@ def test_projection_prices_passes_at_the_fixed_shape_they_need():
     small = compact(projection_results())
     assert [t["system"] for t in small["tasks"]] == ["off", "ngram"]
     assert project(small["tasks"], gpu) == p
+
+
+def test_projection_command_pools_runs_and_leaves_systems_out_of_a_compact_copy(tmp_path, capsys):
+    from ditto_bench.projection import main
+
+    gpu = tmp_path / "costs.json"
+    gpu.write_text(json.dumps({"1": 3.0, "9": 3.6, "16": 4.0}))
+    one, two = tmp_path / "one.json", tmp_path / "two.json"
+    one.write_text(json.dumps(projection_results()))
+    other = projection_results()
+    other["tasks"][1] = {**other["tasks"][1], "task": "b", "generated": 2, "rounds": [[0, 0, 0, 0, 1.0, 0]] * 2,
+                         "target_passes": 2}
+    two.write_text(json.dumps(other))
+    assert main([str(one), str(two), "--gpu", str(gpu), "--json"]) == 0
+    ngram = json.loads(capsys.readouterr().out)["systems"]["ngram"]
+    # pooled: 6 + 2 tokens over 2 + 2 passes, two of them without a draft
+    assert ngram["passes"] == 4 and ngram["tokens_per_pass"] == 2.0 and ngram["no_draft_passes"] == 3
+    small = tmp_path / "small.json"
+    assert main([str(one), "--save-compact", str(small), "--without", "off"]) == 0
+    saved = json.loads(small.read_text())
+    assert [t["system"] for t in saved["tasks"]] == ["ngram"] and saved["meta"]["left_out"] == "off"
+    with pytest.raises(SystemExit, match="one RESULTS"):
+        main([str(one), str(two), "--save-compact", str(small)])
