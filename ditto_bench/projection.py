@@ -124,6 +124,8 @@ def compact(results: dict, without: tuple[str, ...] = ()) -> dict:
         meta["left_out"] = ",".join(without)
     tasks = [{k: r.get(k) for k in keep} for r in results.get("tasks", [])
              if r.get("rounds") is not None and r.get("system") not in without]
+    for t in tasks:  # a pass's CPU time to the whole ms (`project` prices passes at the GPU's costs, not these)
+        t["rounds"] = [[*x[:4], round(x[4]), *x[5:]] if len(x) > 4 and x[4] is not None else x for x in t["rounds"]]
     return {"about": "passes recorded by a CPU run of `ditto-lsp bench` (ditto_bench/projection.py prices them)",
             "meta": meta, "tasks": tasks}
 
