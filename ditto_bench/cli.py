@@ -74,6 +74,12 @@ def configure(p: argparse.ArgumentParser) -> None:
     p.add_argument("--time-limit", type=float, default=None, metavar="SECONDS",
                    help="stop starting new tasks after this long and write what is done")
     p.add_argument("--note", default=None, help="free text stored in meta (e.g. 'CPU shared with other jobs')")
+    p.add_argument("--pass-costs", type=Path, default=None, metavar="FILE",
+                   help="price the adaptive policy's passes with another device's measured costs: a gpucheck.json "
+                        "(docs/perf/gpu/gpucheck.json, an H200) as its fixed shape of --pass-rows rows, or a JSON "
+                        "{n: ms}; the report says so and adds a projection of tokens/s there (ditto_bench/projection.py)")
+    p.add_argument("--pass-rows", type=int, default=16, metavar="R",
+                   help="with --pass-costs from a gpucheck.json: the fixed shape's rows (default 16: trees of 15 nodes)")
     add_model_args(p)
     add_decode_args(p)  # its --seed seeds the task sample here (bench decodes greedily)
 
@@ -217,6 +223,9 @@ def run(args) -> int:
     # a benchmark must not run on costs stored under another load or thread count.
     completer = build_completer(lm, settings, calibration="fresh" if adaptive else None)
     pass_costs = completer.pass_costs
+    priced = None
+    if args.pass_costs is not None:
+        priced = _priced(args, completer)
     bench = Bench(lm, completer, opts, lookup_tokens=args.lookup_tokens)
     meta = {
         "mode": args.mode, "repo": str(Path(args.repo).resolve()), "repo_commit": _repo_commit(args.repo),
@@ -233,6 +242,8 @@ def run(args) -> int:
     }
     if adaptive:
         meta["pass_costs_ms"] = {str(n): round(ms, 1) for n, ms in pass_costs.items()}
+    if priced is not None:
+        meta["priced_with"] = priced
     records: list[dict] = []
     done_tasks: list = []
     done_sessions: list = []
@@ -332,6 +343,27 @@ def run(args) -> int:
         print(f"identical to off: {sum(1 for r in records if r.get('identical')) }/{len(records)} runs"
               + (f"; {len(mm)} mismatches (listed in report.md)" if mm else ""), file=sys.stderr)
     return _write(args, results, stopped)
+
+
+def _priced(args, completer) -> dict:
+    """--pass-costs: the policy prices drafts with another device's pass costs (and stops learning
+    them from this machine's passes); what meta["priced_with"] records."""
+    from ditto_bench.projection import fixed_costs, gpu_costs
+
+    if args.pass_rows < 2:
+        raise SystemExit("ditto-lsp: error: --pass-rows must be at least 2")
+    try:
+        gpu = gpu_costs(args.pass_costs)
+    except (OSError, ValueError) as err:
+        raise SystemExit(f"ditto-lsp: error: --pass-costs: {err}") from None
+    costs = fixed_costs(gpu, args.pass_rows) if gpu["curve"] != "given" else gpu["costs_ms"]
+    spec = completer.engine.use_costs(costs)
+    spec.learn = False  # this machine's pass times must not move a GPU's costs
+    print(f"pricing passes with {args.pass_costs} ({gpu.get('device') or 'given costs'}): "
+          f"{', '.join(f'T({n}) {ms:.2f} ms' for n, ms in costs.items())}", file=sys.stderr)
+    return {**gpu, "costs_ms": {str(n): ms for n, ms in costs.items()},
+            "measured_ms": {str(n): ms for n, ms in gpu["costs_ms"].items()},
+            "rows": args.pass_rows if gpu["curve"] != "given" else None}
 
 
 def _write(args, results: dict, stopped: str) -> int:

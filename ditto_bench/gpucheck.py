@@ -63,11 +63,14 @@ class Plan:
     reps: int = 10  # T(n): timings per n (best and median kept)
     max_n: int = 16  # T(n) for n = 1..max_n
     rows: int = 9  # the fixed pass shape (k_max + 1)
+    tree_rows: int = 16  # trees: the fixed shape they run through (15 nodes; gputree.py)
+    trees: int = 8  # trees: random trees per sequence against plain decoding
     budget_s: float = 420.0  # phases past this are cut short (recorded as such)
 
 
 GPU_PLAN = Plan()
-CPU_PLAN = Plan(context=64, sequences=2, positions=64, prompts=2, new_tokens=32, reps=2, budget_s=240.0)
+CPU_PLAN = Plan(context=64, sequences=2, positions=64, prompts=2, new_tokens=32, reps=2, budget_s=240.0, trees=3)
+TREES_REPLAY = Path(__file__).resolve().parents[1] / "docs" / "perf" / "acceptance-trees.json"
 
 
 def sync(dev: torch.device) -> None:
@@ -372,6 +375,37 @@ def goals(res: dict) -> dict:
     return out
 
 
+def trees_phase(res: dict, base, static_tokens: int, plan: Plan, prompts, run_prompts, args, deadline: float) -> None:
+    """Tree passes through the fixed shape of plan.tree_rows rows (ditto_bench/gputree.py): their
+    pass costs, their rows against plain decoding, the engine with tree drafts, the decision, and
+    the projection of a CPU run of the default drafter (--trees-replay) on this device's costs."""
+    from ditto_bench import gputree
+    from ditto_bench.projection import project
+
+    graphs = base.device.type == "cuda"
+    lm = base.with_options(pad_to=plan.tree_rows, static_cache=static_tokens, cuda_graphs=graphs, trees=True)
+    t: dict = {"rows": plan.tree_rows, "nodes": plan.tree_rows - 1}
+    res["trees"] = t
+    if time.monotonic() > deadline:
+        res["notes"].append("trees skipped: the time budget was spent")
+        return
+    probe = random_ids(random.Random(args.seed + 1), base.vocab_size, plan.tree_rows)
+    t["fixed_costs"] = pass_costs(lm, prompts[0][: plan.context], probe, plan.tree_rows, plan.reps)
+    t["invariance"] = gputree.tree_invariance(lm, prompts, plan.trees, plan.tree_rows - 1, args.seed, deadline)
+    if time.monotonic() < deadline:
+        t["engine"] = gputree.tree_engine(lm, run_prompts, plan.new_tokens, plan.tree_rows, args.seed)
+    t["decision"] = gputree.tree_decision(res)
+    src = args.trees_replay or TREES_REPLAY
+    curve = res["pass_costs"].get("graphed_static") or res["pass_costs"]["eager_static"]
+    try:
+        data = json.loads(Path(src).read_text())
+        t["replay_source"] = str(src.name if src == TREES_REPLAY else src)
+        t["replay"] = project(data["tasks"], {"device": res["environment"]["device_name"], "source": "this run",
+                                              "costs_ms": {int(n): v["best_ms"] for n, v in curve.items()}})
+    except (OSError, ValueError, KeyError, TypeError) as err:
+        t["replay"] = {"error": f"{type(err).__name__}: {err}"}
+
+
 def decision(res: dict) -> dict:
     """The rule of docs/gpu.md: the fixed shape becomes the CUDA default when, in bf16 on CUDA,
     every verify row is bit-identical to plain decoding, the engine's speculative output equals
@@ -466,6 +500,9 @@ def markdown(res: dict) -> str:
     if d:
         lines += ["", f"Fixed shape as the CUDA default: **{'yes' if d['fixed_shape_default_on_cuda'] else 'no'}** "
                       f"({'; '.join(d['because'])})."]
+    from ditto_bench.gputree import markdown as trees_markdown
+
+    lines += trees_markdown(res)
     return "\n".join(lines) + "\n"
 
 
@@ -489,6 +526,9 @@ def configure(p: argparse.ArgumentParser) -> None:
     p.add_argument("--out", type=Path, default=None, help="where gpucheck.json and gpucheck.md go (default $OUT, else ./gpucheck-out)")
     p.add_argument("--replay", type=Path, default=None,
                    help=f"results.json of a CPU `ditto-lsp bench` run, or its compact copy (default {DEFAULT_REPLAY.name})")
+    p.add_argument("--trees-replay", type=Path, default=None,
+                   help=f"compact copy of a CPU bench run of the default drafter (default {TREES_REPLAY.name}; "
+                        "python -m ditto_bench.projection RESULTS --save-compact PATH writes one)")
     p.add_argument("--save-replay", type=Path, default=None, metavar="PATH",
                    help="write the compact copy of --replay to PATH and stop")
     p.add_argument("--seed", type=int, default=0)
@@ -592,6 +632,9 @@ def run(args) -> int:
                 res["replay"]["projection"]["vs_off"] = round(res["replay"]["projection"]["tokens_per_s"] / off, 2)
     except (OSError, ValueError, KeyError, TypeError) as err:
         res["replay"] = {"source": str(src), "error": f"{type(err).__name__}: {err}"}
+    say("trees")
+    trees_phase(res, base, static_tokens, plan, prompts, run_prompts, args, deadline)
+    write(res, out)
     res["goals"] = goals(res)
     res["decision"] = decision(res)
     res["wall_s"] = round(time.monotonic() - t_start, 1)

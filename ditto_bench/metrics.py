@@ -132,10 +132,30 @@ def summarise_completion(records: list[dict], reference: str = "off") -> dict:
             "acceptance_by_position": _by_position(rs),
             "steps": _steps(rs),
             "tasks_with_model_draft": sum(1 for r in rs if (r.get("steps") or {}).get("model")),
+            **drafting(rs),
             "buckets": _buckets(rs, sp, dsp, s, "copyable"),
             "buckets_buffers": _buckets(rs, sp, dsp, s, "copyable_buffers"),
         }
     return summary
+
+
+def drafting(rs: list[dict]) -> dict:
+    """What the drafts bought, over the records' target passes (Ditto systems): tokens per pass
+    (generated / passes; greedy verification is exact, so this is a property of the drafts and the
+    model, the same on any device), passes with no draft, passes that verified a tree, rows per
+    pass (1 + the draft tokens it verified), and the drafter's time per pass (n-gram systems)."""
+    rounds = [x for r in rs for x in (r.get("rounds") or [])]
+    passes = sum(r.get("target_passes") or 0 for r in rs)
+    tokens = sum(r.get("generated") or 0 for r in rs if r.get("rounds") is not None)
+    drafted = [r["draft_ms"] for r in rs if r.get("draft_ms") is not None]
+    return {
+        "passes": passes,
+        "tokens_per_pass": _r(tokens / passes) if passes and rounds else None,
+        "no_draft_passes": sum(1 for x in rounds if not x[2]) if rounds else None,
+        "tree_passes": sum(1 for x in rounds if len(x) > 5 and x[5]) if rounds else None,
+        "rows_per_pass": _r(_mean([1 + (x[5] if len(x) > 5 and x[5] else x[2]) for x in rounds]), 3) if rounds else None,
+        "draft_ms_per_pass": _r(sum(drafted) / passes, 3) if drafted and passes else None,
+    }
 
 
 def _steps(rs: list[dict]) -> dict | None:
@@ -272,8 +292,10 @@ def summarise_session(records: list[dict]) -> dict:
             "idle_prefill_hits": sum(1 for r in rs if (r.get("idle_prefill_tokens") or 0) > 0),
             "acceptance_rate": _r(sum(r["accepted"] or 0 for r in rs) / d) if (d := sum(r["drafted"] or 0 for r in rs)) else None,
             "quality": quality_summary(rs),
+            **drafting(model),
         }
     _same_output_rates(records, summary)
+    _same_suggestion_rates(records, summary)
     for s, v in summary.items():
         nr = summary.get(f"{s}-noreuse")
         if s.endswith("-noreuse") or not nr:
@@ -315,6 +337,33 @@ def _same_output_rates(records: list[dict], summary: dict) -> None:
             v["identical_to_off_rate"], v["identical_to_off_compared"] = rate(s, "off")
         if s.endswith("-noreuse") and base in summary:
             v["identical_to_reuse_rate"], v["identical_to_reuse_compared"] = rate(s, base)
+
+
+def _same_suggestion_rates(records: list[dict], summary: dict) -> None:
+    """Session mode's exactness by completion mode's rule (runner.same_output): the same text, and
+    one token list a prefix of the other. `identical_to_off_rate` compares token lists exactly, and a
+    system that gains several tokens per pass may generate a few tokens past the point where the
+    stop rules cut `off`'s suggestion (they never reach the user); this one leaves those out."""
+    by: dict[tuple[str, str], list[dict]] = {}
+    for r in records:
+        by.setdefault((r["system"], r["session"]), []).append(r)
+    for s, v in summary.items():
+        if s == "off" or s.endswith("-noreuse") or "off" not in summary:
+            continue
+        same = n = 0
+        for (system, session), rs in by.items():
+            if system != s:
+                continue
+            for mine, ref in zip(rs, by.get(("off", session), [])):
+                if mine.get("error") or ref.get("error") or mine.get("typethrough") or ref.get("typethrough") \
+                        or "text" not in mine or "text" not in ref:
+                    continue
+                a, b = mine.get("tokens") or [], ref.get("tokens") or []
+                k = min(len(a), len(b))
+                n += 1
+                same += mine["text"] == ref["text"] and a[:k] == b[:k]
+        if n:
+            v["same_suggestion_as_off_rate"], v["same_suggestion_as_off_compared"] = _r(same / n), n
 
 
 def mismatches(records: list[dict]) -> list[dict]:

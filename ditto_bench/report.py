@@ -81,6 +81,47 @@ def steps_table(summary: dict) -> str:
     return "\n".join(rows) if len(rows) > 2 else ""
 
 
+def drafting_table(summary: dict) -> str:
+    """What the drafts bought (metrics.drafting): tokens per pass and where no draft was."""
+    head = ("| system | target passes | tokens per pass | passes with no draft | tree passes | rows per pass | "
+            "drafting ms per pass | same suggestion as off |")
+    rows = [head, "|" + "---|" * (head.count("|") - 1)]
+    for s, v in summary.items():
+        if v.get("tokens_per_pass") is None:
+            continue
+        same = v.get("same_suggestion_as_off_rate", v.get("identical_rate"))
+        n = v.get("same_suggestion_as_off_compared", v.get("tasks"))
+        cell = f"{_pct(same)} ({n})" if s != "off" and same is not None else "–"
+        rows.append(f"| {s} | {v['passes']} | {_f(v['tokens_per_pass'], 3)} | {v['no_draft_passes']} | "
+                    f"{v['tree_passes']} | {_f(v['rows_per_pass'], 2)} | {_f(v.get('draft_ms_per_pass'), 3)} | {cell} |")
+    return "\n".join(rows) if len(rows) > 2 else ""
+
+
+def _drafting_lines(results: dict, summary: dict) -> list[str]:
+    meta = results["meta"]
+    table = drafting_table(summary)
+    if not table:
+        return []
+    out = ["## Drafting: tokens per target pass", "", table, ""]
+    priced = meta.get("priced_with")
+    if priced:
+        out += [f"Passes were priced with the pass costs of {priced.get('device') or priced.get('source')} "
+                f"({priced.get('source')}" + (f", its fixed shape of {priced['rows']} rows" if priced.get("rows") else "")
+                + f"): the adaptive policy chose draft and tree sizes as it would there; this machine's own "
+                "pass costs were not used.", ""]
+        from ditto_bench.projection import gpu_costs, project
+
+        try:
+            p = project(results["tasks"], gpu_costs(Path(priced["source"])))
+        except (OSError, ValueError, KeyError):
+            p = None
+        if p is not None:
+            from ditto_bench.projection import markdown as projection_md
+
+            out += ["## Projected tokens/s on that device", "", projection_md(p), ""]
+    return out
+
+
 def keystroke_table(summary: dict) -> str:
     head = ("| system | requests | tasks | tts p50 ms | tts p95 ms | tts p50 ms (model answered) | prefill tokens mean | reused tokens mean | "
             f"prompt tokens mean | typethrough hits | p50 gain vs noreuse | p50 gain (model answered) | prefill gain vs noreuse | "
@@ -235,6 +276,7 @@ def markdown(results: dict) -> str:
             if meta.get("budget"):
                 out.append("")
                 out.append(f"Context budget: {meta['budget']}")
+            out += [""] + _drafting_lines(results, summary)
     elif meta.get("mode") == "keystroke":
         out += ["## Time to suggestion per keystroke", "", keystroke_table(summary), ""]
         out.append("Systems with -noreuse pass no cache key: no KV reuse and no type-through.")
@@ -245,6 +287,7 @@ def markdown(results: dict) -> str:
                 "against `off`.", "",
                 "## Speedup by copyable fraction (document + open buffers)", "", bucket_table(summary, "buckets"), "",
                 "## Target passes by draft source", "", steps_table(summary), "",
+                *_drafting_lines(results, summary),
                 "## Speedup by copyable fraction (open buffers only)", "", bucket_table(summary, "buckets_buffers"), ""]
         mm = results.get("mismatches") or []
         out += ["## Outputs that differ from `off`", ""]

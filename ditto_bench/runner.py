@@ -39,6 +39,34 @@ class Bench:
         self.completer = completer
         self.options = options
         self.lookup_tokens = lookup_tokens
+        self.drafters: dict = {}  # the drafting systems' drafters, one each (systems.py `bench_drafter`)
+
+    def open(self, path: str, text: str, buffers) -> None:
+        """The files open in the editor for a task, as the server's drafter sees them: the document
+        and the other buffers are the n-gram drafters' named sources (the prompt's snippets come from
+        the task itself). Files of an earlier task are closed."""
+        c = self.completer
+        wanted = {path: text, **dict(buffers)}
+        for name in [n for n in c.buffer_names() if n not in wanted]:
+            c.forget_buffer(name)
+        for name, body in wanted.items():
+            if c.buffer_text(name) != body:
+                c.set_buffer(name, body)
+
+    def _index(self, system: str) -> None:
+        """Index the open buffers now for a drafting system, as the server's idle work has by the
+        time a request comes (lsp_server/completion/buffers.py; it indexes only for a lookup drafter)."""
+        if system.removesuffix("-noreuse").startswith("ngram"):
+            self.completer.drafting("ngram", self.options)  # the drafter the user has (Completer.index_wanted)
+            ob = self.completer.buffers
+            while ob.step():
+                pass
+
+    def forget_generations(self) -> None:
+        """The drafters forget what they saw generated (after the warm-up: its runs are not the user's)."""
+        for d in [self.completer.ngram, *self.drafters.values()]:
+            if hasattr(d, "forget_memory"):
+                d.forget_memory()
 
     # -- warm-up ---------------------------------------------------------------------------
     def warm_up(self, task, systems: list[str], mode: str) -> None:
@@ -48,12 +76,14 @@ class Bench:
         for s in systems:
             base = s.removesuffix("-noreuse")
             if base in DITTO or fixed_k(base):
-                _, sug = run_ditto(self.completer, task, base, short, None, reference=ref)
+                _, sug = run_ditto(self.completer, task, base, short, None, reference=ref, drafters=self.drafters,
+                                   name=s)
                 ref = sug if base == "off" else ref
             elif ref is not None:
                 run_hf(self.lm, ref.prompt.ids, s, 4, self.lookup_tokens)
         self.completer.engine.clear_cache()
         self.completer.forget_window(task.path)
+        self.forget_generations()
 
     # -- completion mode --------------------------------------------------------------------
     def completion_task(self, task, systems: list[str]) -> list[dict]:
@@ -64,10 +94,13 @@ class Bench:
         ref = None
         ref_run = None
         self.completer.forget_window(task.path)
+        self.open(task.path, task.document, task.buffers)
         try:
             for s in systems:
                 if s in DITTO or fixed_k(s):
-                    run, sug = run_ditto(self.completer, task, s, self.options, key, reference=ref)
+                    self._index(s)
+                    run, sug = run_ditto(self.completer, task, s, self.options, key, reference=ref,
+                                         drafters=self.drafters)
                     if s == "off":
                         ref, ref_run = sug, run
                     else:
@@ -104,7 +137,10 @@ class Bench:
             try:
                 for i in range(n + 1):
                     text, line, col = task.typed(i)
-                    run, sug = run_ditto(self.completer, task, base, self.options, key, text=text, line=line, col=col)
+                    self.open(task.path, text, task.buffers)
+                    self._index(s)
+                    run, sug = run_ditto(self.completer, task, base, self.options, key, text=text, line=line, col=col,
+                                         drafters=self.drafters, name=s)
                     rec = {"task": task.id, "system": s, "keystroke": i, "copyable": task.copyable,
                            "tts_ms": round(run.latency_ms, 2), "typethrough": bool(getattr(sug, "typethrough", False)),
                            **run.as_dict(), **typed_quality(task.typing, i, run.text)}
@@ -145,8 +181,10 @@ class Bench:
                         warm = self.completer.warm(ev.text, ev.line, ev.col, name=task.path, cache_key=key,
                                                    others=list(session.buffers))
                         idle_tokens, idle_ms = warm.prefill_tokens, warm.prefill_ms
+                    self.open(session.path, ev.text, session.buffers)
+                    self._index(s)
                     run, sug = run_ditto(self.completer, _with_buffers(task, session.buffers), base, self.options, key,
-                                         text=ev.text, line=ev.line, col=ev.col)
+                                         text=ev.text, line=ev.line, col=ev.col, drafters=self.drafters, name=s)
                     typethrough = bool(getattr(sug, "typethrough", False))
                     rec = {"session": session.id, "task": task.id, "system": s, "event": ev.kind,
                            "keystroke": ev.keystroke, "line": ev.line, "copyable": task.copyable,

@@ -7,8 +7,11 @@ Completion mode (one request per task):
 - ``model`` / ``hybrid``: Ditto with the draft-model drafter (``--draft-model``) / the
   hybrid of n-gram lookup and the draft model (drafters/model_drafter.py); the draft
   model's own prefill of the prompt counts in their decode time;
-- ``ngram-kN``: the n-gram drafter with every draft verified at a fixed length N (no
-  adaptive choice), to compare the adaptive length with the best fixed one;
+- ``ngram-v1``: today's lookup before issue 42 (drafters/ngram.py: one chain from the longest
+  n-gram, n >= 2), over the same sources, priced by the same policy; ``ngram`` is the default
+  drafter (drafters/suffix.py: weighted suffix matches as a tree);
+- ``ngram-kN`` / ``ngram-v1-kN``: the drafter with every draft verified at a fixed length N (no
+  adaptive choice; a tree whole, at most N deep), to compare the adaptive length with a fixed one;
 - ``oracle``: Ditto with a drafter that proposes the model's own greedy continuation (what
   ``off`` produced), so every draft is accepted: the ceiling of speculation on this hardware;
 - ``hf-greedy``: transformers ``generate`` greedy, a fresh cache per call, as a library user
@@ -40,10 +43,10 @@ from typing import Sequence
 
 from drafters.base import Proposal
 
-DITTO = ("off", "ngram", "model", "hybrid", "oracle")
+DITTO = ("off", "ngram", "model", "hybrid", "oracle", "ngram-v1")
 HF = ("hf-greedy", "hf-prompt-lookup")
 COMPLETION_SYSTEMS = DITTO + HF
-KEYSTROKE_BASE = ("off", "ngram")
+KEYSTROKE_BASE = ("off", "ngram", "ngram-v1")
 REPLAY_PEER = "llama-server"  # llama.cpp's own server, driven as llama.vim drives it (replay.py)
 
 
@@ -93,10 +96,78 @@ def parse_systems(spec: str, mode: str) -> list[str]:
 
 
 def fixed_k(system: str) -> int | None:
-    """N for a system named ngram-kN (the n-gram drafter with a fixed draft length), else None."""
-    if system.startswith("ngram-k") and system[7:].isdigit() and int(system[7:]) > 0:
-        return int(system[7:])
+    """N for a system named ngram-kN or ngram-v1-kN (a fixed draft length), else None."""
+    for head in ("ngram-k", "ngram-v1-k"):
+        if system.startswith(head) and system[len(head):].isdigit() and int(system[len(head):]) > 0:
+            return int(system[len(head):])
     return None
+
+
+class V1Drafter:
+    """Today's lookup before issue 42 over the default drafter's sources (drafters/suffix.py `lookup`)."""
+
+    name = "ngram-v1"
+
+    def __init__(self, suffix):
+        self.suffix = suffix
+
+    def propose(self, context: Sequence[int], k: int) -> Proposal:
+        return self.suffix.lookup(context, k)
+
+    def update_source(self, name, tokens) -> None:
+        pass
+
+    def forget_source(self, name) -> None:
+        pass
+
+    def set_options(self, options) -> None:
+        pass
+
+
+class Timed:
+    """A drafter whose proposals are timed: the drafting time per pass of a run (the projection
+    on a GPU's pass costs adds it, ditto_bench/projection.py)."""
+
+    def __init__(self, drafter):
+        self.drafter = drafter
+        self.name = drafter.name
+        self.ms = 0.0
+        self.calls = 0
+
+    def propose(self, context: Sequence[int], k: int) -> Proposal:
+        t = time.perf_counter()
+        try:
+            return self.drafter.propose(context, k)
+        finally:
+            self.ms += (time.perf_counter() - t) * 1000
+            self.calls += 1
+
+    def update_source(self, name, tokens) -> None:
+        self.drafter.update_source(name, tokens)
+
+    def forget_source(self, name) -> None:
+        self.drafter.forget_source(name)
+
+    def set_options(self, options) -> None:
+        self.drafter.set_options(options)
+
+
+def bench_drafter(completer, system: str, store: dict):
+    """The drafter a drafting system runs (timed): `ngram` the Completer's own, as the server's;
+    every other n-gram system (fixed lengths, -noreuse, a second run) one of its own over the same
+    sources, so that no system sees what another generated (the default drafter remembers
+    generations, drafters/suffix.py); `ngram-v1*` today's lookup."""
+    base = system.removesuffix("-noreuse")
+    if system not in store:
+        if base.startswith("ngram-v1"):
+            store[system] = V1Drafter(completer.ngram)
+        elif system == "ngram":
+            store[system] = completer.drafter_for("ngram")
+        elif base.startswith("ngram"):
+            store[system] = completer.ngram.sharing()
+        else:
+            store[system] = completer.drafter_for(base)
+    return Timed(store[system])
 
 
 class OracleDrafter:
@@ -154,8 +225,10 @@ class Run:
     accepted_at: list[int]
     stop_reason: str
     steps: dict | None = None  # target passes by draft source: {"ngram": n, "model": n, "plain": n}
-    rounds: list | None = None  # per target pass: [match_len, offered, verified, accepted, ms] (Ditto systems)
+    # per target pass: [match_len, offered, verified, accepted, ms, tree nodes (0: a chain)] (Ditto systems)
+    rounds: list | None = None
     tie_replays: int = 0  # verify rounds undone at a near-tie (lsp_server/decoding/engine.py; docs/backends.md)
+    draft_ms: float | None = None  # time spent in the drafter's proposals (n-gram systems)
 
     def as_dict(self) -> dict:
         from dataclasses import asdict
@@ -167,8 +240,10 @@ class Run:
 
 
 def run_ditto(completer, task, system: str, options, cache_key: str | None, reference=None,
-              text=None, line=None, col=None) -> tuple[Run, object]:
-    """Run a Ditto system; returns (Run, Suggestion). `reference` is off's Suggestion (oracle needs it)."""
+              text=None, line=None, col=None, drafters: dict | None = None, name: str | None = None) -> tuple[Run, object]:
+    """Run a Ditto system; returns (Run, Suggestion). `reference` is off's Suggestion (oracle needs it).
+    `drafters` keeps the drafting systems' drafters (`bench_drafter`) under their names (`name`,
+    default `system`)."""
     text = task.document if text is None else text
     line = task.line if line is None else line
     col = task.col if col is None else col
@@ -185,15 +260,18 @@ def run_ditto(completer, task, system: str, options, cache_key: str | None, refe
         prompt_len = len(reference.prompt.ids)
         drafter = OracleDrafter(prompt_len, generated_ids(reference.completion))
         sug = _complete_with(completer, drafter, task, text, line, col, options, cache_key)
-    else:
-        if base in ("model", "hybrid"):
-            # Each run pays its draft model's own prefill of the prompt (no head start from a previous system).
-            completer.drafter_for(base).reset()
+    elif base.startswith("ngram"):
         k = fixed_k(base)
         if k is not None:
             from dataclasses import replace
 
-            options, base = replace(options, draft_max=k, adaptive=False), "ngram"
+            options = replace(options, draft_max=k, adaptive=False)
+        timed = bench_drafter(completer, name or system, {} if drafters is None else drafters)
+        sug = _complete_with(completer, timed, task, text, line, col, options, cache_key, "ngram")
+    else:
+        if base in ("model", "hybrid"):
+            # Each run pays its draft model's own prefill of the prompt (no head start from a previous system).
+            completer.drafter_for(base).reset()
         sug = completer.complete(text, line, col, name=task.path, options=options,
                                  drafter="none" if base == "off" else base, cache_key=cache_key,
                                  others=list(task.buffers))
@@ -202,8 +280,10 @@ def run_ditto(completer, task, system: str, options, cache_key: str | None, refe
               s.prefill_tokens, s.reused_tokens, len(sug.prompt.ids), s.target_passes,
               s.drafted, s.accepted, list(s.drafted_at), list(s.accepted_at), s.stop_reason,
               steps_by_source(sug.completion.rounds),
-              [[r.match_len, r.offered, len(r.proposed), r.accepted, r.ms] for r in sug.completion.rounds],
+              [[r.match_len, r.offered, len(r.proposed), r.accepted, r.ms, r.nodes] for r in sug.completion.rounds],
               s.tie_replays)
+    if base.startswith("ngram"):
+        run.draft_ms = round(timed.ms, 3)
     return run, sug
 
 
@@ -216,12 +296,13 @@ def steps_by_source(rounds) -> dict:
     return out
 
 
-def _complete_with(completer, drafter, task, text, line, col, options, cache_key):
-    """Completer.complete with a drafter object that is not one of the Completer's names."""
+def _complete_with(completer, drafter, task, text, line, col, options, cache_key, name: str = "oracle"):
+    """Completer.complete with a drafter object that is not one of the Completer's names (`name`:
+    the one the Completer records, which decides whether the open buffers are indexed)."""
     original = completer.drafter_for
     completer.drafter_for = lambda name, draft_model=None: drafter
     try:
-        sug = completer.complete(text, line, col, name=task.path, options=options, drafter="oracle",
+        sug = completer.complete(text, line, col, name=task.path, options=options, drafter=name,
                                  cache_key=cache_key, others=list(task.buffers))
     finally:
         completer.drafter_for = original

@@ -31,6 +31,11 @@ class Proposal:
     text rather than their ids (0: an exact match): the cursor split a token, so the draft
     starts with the rest of a longer token's text, re-encoded (drafters/ngram.py); the
     policy learns such drafts' acceptance apart from exact matches.
+    `tree` (None: a chain) makes the draft a tree: token i continues token tree[i] (-1: the
+    context's last token); tokens are listed best first, each after its parent, so that every
+    prefix of the list is a tree (lsp_server/decoding/tree.py verifies one in a single pass).
+    `weights` (trees and chains from the suffix drafter) is each token's share of the
+    continuations seen where its parent occurs: how the policy ranks and prices the nodes.
     """
 
     tokens: list[int] = field(default_factory=list)
@@ -40,6 +45,8 @@ class Proposal:
     agreement: float | None = None
     paid: bool = False
     healed: int = 0
+    tree: list[int] | None = None
+    weights: list[float] | None = None
 
     def __len__(self) -> int:
         return len(self.tokens)

@@ -273,7 +273,7 @@ class HybridDrafter:
     def propose(self, context: Sequence[int], k: int) -> Proposal:
         if k <= 0:
             return Proposal([], source="")
-        ng = self.ngram.propose(context, k)
+        ng = NGramDrafter.propose(self.ngram, context, k)  # the chain lookup (a SuffixDrafter's `lookup`)
         pending = 1 if self.confident(ng) else self.model.pending(context)
         kind, n = self.choose(ng, k, pending)
         if kind == "ngram":

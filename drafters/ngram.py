@@ -262,9 +262,9 @@ class Query:
         first = min(n_min, 3)  # level 0 narrows from its bigram (or 3-gram) for the levels below
         for level in range((top + 2) // 3):
             ns = list(range(max(first, 3 * level + 1), min(top, 3 * level + 3) + 1))
-            values = []
-            for n in ns:
-                base = sum((rev[i] + 1) << (bits * (2 - (i - 3 * level))) for i in range(3 * level, n))
+            values, base = [], sum((rev[i] + 1) << (bits * (2 - i + 3 * level)) for i in range(3 * level, (ns or [0])[0] - 1))
+            for n in ns:  # the key of the gram's tokens 3 * level .. n - 1, one token more each n
+                base += (rev[n - 1] + 1) << (bits * (2 - (n - 1 - 3 * level)))
                 values += [base, base + (1 << (bits * (3 * level + 3 - n)))]
             if ns:
                 self.levels.append((level, ns, np.array(values, np.uint64)))

@@ -5,7 +5,7 @@ Adding a drafter is its module plus one entry in `FACTORIES`. Every list of draf
 tests/lsp/test_settings_paths.py) is `DRAFTERS`.
 
 A factory gets a `DraftContext`: the n-gram drafter the caller keeps up to date with the
-open buffers, the target model, and callables that load the draft model, give the
+open buffers (the `ngram` drafter itself, drafters/suffix.py; the hybrid asks its chain `lookup`), the target model, and callables that load the draft model, give the
 engine's speculation policy and build another drafter by name, each at most once, so a
 drafter that costs something to build (a draft model) is built on first use only.
 
@@ -23,7 +23,7 @@ from drafters.ngram import NGramDrafter
 
 @dataclass
 class DraftContext:
-    ngram: NGramDrafter  # the lookup drafter over the open buffers, the prompt and accepted completions
+    ngram: NGramDrafter  # the lookup drafter over the open buffers, the prompt and accepted completions (a SuffixDrafter)
     target: object  # the target model (a draft model must tokenize as it does)
     draft_model: Callable[[], object]  # the draft model of the settings, loaded once
     policy: Callable[[], object]  # the engine's speculation policy (drafters/speculation.py), calibrated once
@@ -51,7 +51,7 @@ def _hybrid(ctx: DraftContext):
 
 FACTORIES: dict[str, Callable[[DraftContext], object]] = {
     "none": lambda ctx: None,  # plain decoding
-    "ngram": lambda ctx: ctx.ngram,  # lookup in the open buffers (drafters/ngram.py)
+    "ngram": lambda ctx: ctx.ngram,  # suffix matches in every source, as a tree (drafters/suffix.py)
     "model": _model,  # a small draft model with the target's tokenizer (drafters/model_drafter.py)
     "hybrid": _hybrid,  # lookup where it is confident, else the draft model
 }

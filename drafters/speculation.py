@@ -59,6 +59,7 @@ import time
 from typing import Sequence
 
 from drafters.base import Proposal
+from drafters.nodes import NodeRates, NodeScorer, order_and_count
 
 
 class Speculation:
@@ -94,6 +95,7 @@ class Speculation:
         self.acceptance: dict[tuple[str, int], float] = {}  # (drafter or paid source, bucket) -> a1
         self.continuation: dict[tuple[str, int], float] = {}  # (drafter or paid source, bucket) -> ac
         self.observed: dict[tuple[str, int], int] = {}  # drafts scored per key
+        self.nodes = NodeRates()  # weighted drafts (trees): each node's chance, learned (drafters/nodes.py)
 
     # -- costs ----------------------------------------------------------------------------
     def set_costs(self, costs_ms: dict[int, float]) -> None:
@@ -275,7 +277,11 @@ class Speculation:
         (the best positive one as a probe after PROBE_EVERY passes without a draft)."""
         if proposal.paid:
             return len(proposal.tokens)
-        k, pos = self._best_k(proposal, drafter)
+        if proposal.weights is not None:  # a weighted draft (a tree): its best-first nodes that pay (nodes.py)
+            k, pos = order_and_count(proposal, self.nodes.path_probs(proposal),
+                                     lambda e, n: e - self.cost(n + 1) * self.plain_rate())
+        else:
+            k, pos = self._best_k(proposal, drafter)
         if k == 0 and pos and self.learn and self.plain_streak >= self.PROBE_EVERY:
             self.plain_streak = 0
             self.probes += 1
@@ -316,7 +322,8 @@ class Speculation:
                 "draft_scale": round(self.draft_scale, 3),
                 "acceptance": {f"{d or 'drafter'}/match>={b}": round(v, 3) for (d, b), v in acceptance.items()},
                 "acceptance_later": {f"{d or 'drafter'}/match>={b}": round(v, 3) for (d, b), v in continuation.items()},
-                "drafts_scored": {f"{d or 'drafter'}/match>={b}": c for (d, b), c in observed.items()}}
+                "drafts_scored": {f"{d or 'drafter'}/match>={b}": c for (d, b), c in observed.items()},
+                "nodes": self.nodes.snapshot()}
 
 
 class Scorer:
@@ -332,12 +339,16 @@ class Scorer:
         self.policy = policy
         self.drafter = drafter
         self.pending: list[tuple[Proposal, list[int], int]] = []
+        self.nodes = NodeScorer(policy.nodes)  # weighted drafts: every node (drafters/nodes.py)
 
     def offer(self, proposal: Proposal, at: int) -> None:
-        if proposal.tokens and not proposal.paid:
+        if proposal.tokens and proposal.weights is not None and not proposal.paid:
+            self.nodes.offer(proposal, at)
+        elif proposal.tokens and not proposal.paid:
             self.pending.append((proposal, list(proposal.tokens), at))
 
     def settle(self, seq: Sequence[int], final: bool = False) -> None:
+        self.nodes.settle(seq, final)
         keep = []
         for proposal, tokens, at in self.pending:
             seen = min(len(tokens), len(seq) - at)

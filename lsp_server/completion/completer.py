@@ -27,7 +27,7 @@ import time
 from dataclasses import dataclass, field, replace
 from typing import Callable
 
-from drafters import NGramDrafter
+from drafters.suffix import SuffixDrafter
 from drafters.registry import DraftContext, make_drafter
 from lsp_server.backends.base import GeneratingModel, Generator
 from lsp_server.completion.buffers import HISTORY, OpenBuffers  # noqa: F401  (HISTORY: the source's name)
@@ -76,7 +76,7 @@ class Completer:
         self.pass_costs: dict[int, float] | None = None  # T(n) in ms, when measured or read at build (build.py)
         # The tokenizer's text functions let the lookup heal a token the cursor split
         # (drafters/ngram.py); a model without them drafts by ids only.
-        self.ngram = NGramDrafter(token_text=lm.token_text, encode=lm.encode)
+        self.ngram = SuffixDrafter(token_text=lm.token_text, encode=lm.encode)  # the `ngram` drafter (drafters/suffix.py)
         self._buffers: dict[str, str] = {}
         # The open buffers' tokens and the drafter's index of them (lsp_server/completion/buffers.py).
         self.buffers = OpenBuffers(lm.encode, self.ngram, enabled=generator.drafts, max_chars=MAX_INDEXED_CHARS,
@@ -120,6 +120,18 @@ class Completer:
         when the server defers it; within the index memory budget)."""
         self._buffers[name] = text
         self.buffers.set(name, text)
+
+    def buffer_text(self, name: str) -> str | None:
+        """The text the Completer holds for an open buffer (None when it is not open here)."""
+        return self._buffers.get(name)
+
+    def buffer_names(self) -> list[str]:
+        return list(self._buffers)
+
+    def drafting(self, drafter: str, options: DecodeOptions) -> None:
+        """Say which drafter and options the next requests use (what `index_wanted` decides by),
+        before any request made it so (the benchmark indexes as the server's idle work would)."""
+        self._drafting = (drafter, options)
 
     def forget_buffer(self, name: str, cache_key: str | None = None) -> None:
         """A buffer closed: its text, index, prompt window and model cache go (the cache is kept under

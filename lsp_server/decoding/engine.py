@@ -42,6 +42,7 @@ from drafters.base import Drafter, Proposal
 from drafters.speculation import Speculation, measure_pass_costs
 from lsp_server.decoding.accept import accept
 from lsp_server.decoding.healing import Healing
+from lsp_server.decoding.tree import fit, parents_of, verify_tree
 from lsp_server.decoding.types import (
     Cancelled,
     Completion,
@@ -258,7 +259,7 @@ class Engine:
         stats.prefill_ms = stats.wall_ms = (time.perf_counter() - t0) * 1000
         return stats
 
-    def propose(self, drafter: Drafter | None, seq: list[int], k: int) -> Proposal:
+    def propose(self, drafter: Drafter | None, seq: list[int], k: int, trees: bool = False) -> Proposal:
         rows = self.lm.fixed_rows
         if rows is not None:
             # A backend with a fixed pass shape (lsp_server/backends/torch/model.py pad_to; docs/gpu.md)
@@ -267,6 +268,8 @@ class Engine:
         if drafter is None or k <= 0:
             return Proposal([])
         proposal = drafter.propose(seq, k)
+        if proposal.tree is not None:  # a tree: at most k levels (and rows - 1 nodes), or its main path (tree.py)
+            return fit(proposal, k, rows - 1 if rows is not None else len(proposal.tokens), trees and self.lm.trees)
         if len(proposal.tokens) > k:
             proposal.tokens = proposal.tokens[:k]
         return proposal
@@ -400,7 +403,7 @@ class Engine:
                 k = 0  # past a near-tie one token per pass, as plain decoding
             if spec is not None and k > 0 and not spec.can_pay(k):
                 k = 0  # no draft length could pay on these pass costs: the drafter is not consulted
-            proposal = self.propose(drafter, seq, k)
+            proposal = self.propose(drafter, seq, k, trees=opts.greedy and rest is None)  # trees: greedy only
             offered = len(proposal.tokens)
             if scorer is not None:
                 scorer.offer(proposal, len(seq))  # scored in full, whatever part of it is verified
@@ -412,11 +415,16 @@ class Engine:
                     if proposal.probs is not None:
                         proposal.probs = proposal.probs[:chosen]
             draft = proposal.tokens
+            rows, tree = len(draft) + 1, parents_of(proposal)
             t = time.perf_counter()
-            logits = self.verify(state, seq, draft, call)
-            if rest is not None:  # token healing: the same mask whatever the pass shape (healing.py)
-                logits = constraint.mask(logits, rest, draft)
-            n_acc, token = accept(logits, proposal, opts, gen)
+            if tree is not None:  # a tree pass; `draft` becomes the path it verified (tree.py)
+                logits, draft, n_acc, token = verify_tree(self.lm, state, seq, draft, tree,
+                                                          lambda ids, cache, last: self._forward(call, ids, cache, last))
+            else:
+                logits = self.verify(state, seq, draft, call)
+                if rest is not None:  # token healing: the same mask whatever the pass shape (healing.py)
+                    logits = constraint.mask(logits, rest, draft)
+                n_acc, token = accept(logits, proposal, opts, gen)
             if tie and draft:
                 top = logits[: n_acc + 1].float().topk(2, dim=-1).values
                 close = ((top[:, 0] - top[:, 1]) < tie).nonzero()
@@ -443,7 +451,7 @@ class Engine:
                 self.lm.crop(state.cache, len(state.ids))
             ms = (time.perf_counter() - t) * 1000
             if spec is not None:
-                spec.observe_pass(len(draft) + 1, ms)  # the live estimate of T(n) (drafters/speculation.py)
+                spec.observe_pass(rows, ms)  # the live estimate of T(n) (drafters/speculation.py)
             stats.target_passes += 1
             stats.drafted += len(draft)
             stats.accepted += n_acc
@@ -455,7 +463,7 @@ class Engine:
                 stats.accepted_at[i] += int(i < n_acc)
             kind = "plain" if not draft else ("bonus" if n_acc == len(draft) else "correction")
             rnd = Round(list(draft), proposal.source, proposal.match_len, n_acc, token, kind, round(ms, 3), offered,
-                        proposal.healed)
+                        proposal.healed, rows - 1 if tree is not None else 0)
             rounds.append(rnd)
             new = [*draft[:n_acc], token]
             if rest is not None:

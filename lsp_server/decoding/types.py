@@ -51,6 +51,7 @@ class Round:
     ms: float
     offered: int = 0  # draft tokens the drafter offered before the engine chose how many to verify
     healed: int = 0  # n-gram lookup: context tokens matched by text, not id (Proposal.healed)
+    nodes: int = 0  # a tree pass: the draft tokens it verified (`proposed` is the path it kept); 0: a chain
 
 
 @dataclass

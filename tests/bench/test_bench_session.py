@@ -203,3 +203,18 @@ def test_bench_session_command_end_to_end(repo, tmp_path, monkeypatch):
     assert list(res["summary"]) == ["ngram", "ngram-noreuse"]
     md = (out / "report.md").read_text()
     assert "## Session replay" in md and "| ngram | 1 | 3 |" in md
+
+
+def test_same_suggestion_rate_leaves_out_tokens_past_the_stop_rule():
+    """A drafting system may generate a few tokens past where the stop rules cut off's suggestion:
+    the same text with a longer token list is the same suggestion; another text is not."""
+    def rec(system, tokens, text, typethrough=False):
+        return {"session": "a", "task": "t", "system": system, "event": "type", "tts_ms": 1.0, "typethrough": typethrough,
+                "prefill_tokens": 1, "reused_tokens": 0, "prompt_tokens": 10, "drafted": 0, "accepted": 0,
+                "tokens": tokens, "text": text}
+
+    rs = [rec("off", [1, 2], "ab"), rec("off", [3], "c"), rec("off", [4], "d"), rec("off", [5], "e", True),
+          rec("ngram", [1, 2, 7], "ab"), rec("ngram", [3], "c"), rec("ngram", [9], "x"), rec("ngram", [5], "e", True)]
+    s = metrics.summarise_session(rs)
+    assert (s["ngram"]["same_suggestion_as_off_rate"], s["ngram"]["same_suggestion_as_off_compared"]) == (round(2 / 3, 4), 3)
+    assert s["ngram"]["identical_to_off_rate"] == round(1 / 3, 4)  # exact token lists: the stricter count

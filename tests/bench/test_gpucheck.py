@@ -122,3 +122,87 @@ def test_gpu_check_script_runs_end_to_end_on_the_cpu(tmp_path):
     assert set(res["goals"]) == {"off_vs_hf_greedy", "oracle_vs_off", "speculative_equals_plain"}
     assert res["goals"]["speculative_equals_plain"]["met"] is True
     assert res["decision"]["fixed_shape_default_on_cuda"] is False
+
+    # The script runs the tree phase too (float32 here, so rows need not be bit-identical; the
+    # engine's output must equal plain decoding all the same).
+    t = res["trees"]
+    assert t["rows"] == 16 and t["invariance"]["argmax_agree"] == t["invariance"]["rows"] > 0
+    assert t["engine"]["exactness"]["mismatches"] == 0 and t["engine"]["exactness"]["tree_passes"] > 0
+    assert t["decision"]["trees_default_on_cuda"] is False
+    assert "## Trees" in (out / "gpucheck.md").read_text()
+
+
+def test_gpu_check_measures_the_tree_path_on_the_cpu_in_bf16(tmp_path):
+    """The tree phase (ditto_bench/gputree.py) in the configuration the GPU runs, bf16 through the
+    fixed shape and static cache, here on the CPU: every tree row has plain decoding's bits, the
+    engine with tree drafts equals plain decoding, and a compact run record is projected."""
+    from ditto_bench.gpucheck import main
+
+    record = tmp_path / "trees.json"
+    record.write_text(json.dumps(projection_results()))
+    out = tmp_path / "out"
+    assert main(["--device", "cpu", "--tiny", "--dtype", "bfloat16", "--out", str(out), "--context", "24",
+                 "--sequences", "1", "--positions", "10", "--prompts", "1", "--new-tokens", "12", "--reps", "1",
+                 "--max-n", "2", "--trees", "3", "--trees-replay", str(record)]) == 0
+    res = json.loads((out / "gpucheck.json").read_text())
+    t = res["trees"]
+    assert t["rows"] == 16 and sorted(t["fixed_costs"], key=int) == [str(n) for n in range(1, 17)]
+    inv = t["invariance"]
+    assert inv["trees"] == 3 and inv["rows"] == 3 * 16 and inv["bitwise_rows"] == inv["rows"] == inv["argmax_agree"]
+    ex = t["engine"]["exactness"]
+    assert ex["mismatches"] == 0 and ex["runs"] == 2 and ex["tree_passes"] > 0
+    assert t["engine"]["oracle_trees"]["passes"] < 12
+    assert t["decision"]["trees_default_on_cuda"] is False and "not measured in bf16 on CUDA" in t["decision"]["because"]
+    assert t["replay"]["projection"] is True and set(t["replay"]["systems"]) == {"off", "ngram"}
+    assert "## Trees" in (out / "gpucheck.md").read_text()
+
+
+def projection_results():
+    """A results.json in miniature with rounds: [match_len, offered, verified, accepted, ms, tree nodes]."""
+    return {"meta": {"mode": "completion"}, "tasks": [
+        {"task": "a", "system": "off", "generated": 6, "target_passes": 6, "rounds": [[0, 0, 0, 0, 1.0, 0]] * 6},
+        {"task": "a", "system": "ngram", "generated": 6, "target_passes": 2, "draft_ms": 1.0,
+         "rounds": [[3, 12, 3, 3, 1.0, 12], [0, 0, 0, 0, 1.0, 0]]},
+        {"task": "a", "system": "hf-greedy", "generated": 6, "target_passes": 6, "rounds": None}]}
+
+
+def test_projection_prices_passes_at_the_fixed_shape_they_need():
+    from ditto_bench.projection import compact, fixed_costs, project
+
+    gpu = {"device": "GPU", "source": "x", "costs_ms": {1: 3.0, 9: 3.6, 16: 4.0}}
+    p = project(projection_results()["tasks"], gpu)
+    assert p["projection"] is True
+    off, ngram = p["systems"]["off"], p["systems"]["ngram"]
+    assert off["rows"] == 9 and off["ms_per_pass"] == 3.6 and off["vs_off"] == 1.0
+    # 13 rows -> the 16-row shape: 2 passes x 4.0 ms + 1 ms drafting + one tree pass's bookkeeping
+    assert ngram["rows"] == 16 and ngram["tree_passes"] == 1 and ngram["tokens_per_pass"] == 3.0
+    ms = 2 * 4.0 + 1.0 + 0.05
+    assert ngram["tokens_per_s"] == round(6 / (ms / 1000), 1)
+    assert ngram["vs_off"] == round(6 / (ms / 1000) * 3.6 / 1000, 2)
+    assert fixed_costs(gpu, 16) == {1: 4.0, 16: 4.0} and fixed_costs(gpu, 12) == {1: 4.0, 12: 4.0}
+    small = compact(projection_results())
+    assert [t["system"] for t in small["tasks"]] == ["off", "ngram"]
+    assert project(small["tasks"], gpu) == p
+
+
+def test_projection_command_pools_runs_and_leaves_systems_out_of_a_compact_copy(tmp_path, capsys):
+    from ditto_bench.projection import main
+
+    gpu = tmp_path / "costs.json"
+    gpu.write_text(json.dumps({"1": 3.0, "9": 3.6, "16": 4.0}))
+    one, two = tmp_path / "one.json", tmp_path / "two.json"
+    one.write_text(json.dumps(projection_results()))
+    other = projection_results()
+    other["tasks"][1] = {**other["tasks"][1], "task": "b", "generated": 2, "rounds": [[0, 0, 0, 0, 1.0, 0]] * 2,
+                         "target_passes": 2}
+    two.write_text(json.dumps(other))
+    assert main([str(one), str(two), "--gpu", str(gpu), "--json"]) == 0
+    ngram = json.loads(capsys.readouterr().out)["systems"]["ngram"]
+    # pooled: 6 + 2 tokens over 2 + 2 passes, two of them without a draft
+    assert ngram["passes"] == 4 and ngram["tokens_per_pass"] == 2.0 and ngram["no_draft_passes"] == 3
+    small = tmp_path / "small.json"
+    assert main([str(one), "--save-compact", str(small), "--without", "off"]) == 0
+    saved = json.loads(small.read_text())
+    assert [t["system"] for t in saved["tasks"]] == ["ngram"] and saved["meta"]["left_out"] == "off"
+    with pytest.raises(SystemExit, match="one RESULTS"):
+        main([str(one), str(two), "--save-compact", str(small)])

@@ -20,7 +20,8 @@ which is what makes greedy speculation exact in bf16 on a GPU. `static_cache=N` 
 the KV in preallocated buffers indexed by position (`StaticKV`: crop is a length change,
 stale slots are masked until overwritten); `cuda_graphs=True` (CUDA and a static cache
 only) replays each pass shape from a captured CUDA graph. The same code runs eagerly on
-the CPU, where the tests hold it to the dynamic cache. `with_options` makes such a model;
+the CPU, where the tests hold it to the dynamic cache. Tree passes (`tree_next`, `keep_rows`;
+tree.py) verify a tree of drafts in one pass, where `trees` allows. `with_options` makes such a model;
 DITTO_FIXED_SHAPE, DITTO_STATIC_CACHE and DITTO_CUDA_GRAPHS set them at load (`wrap`); on
 CUDA in bf16 all three are on unless one is set to 0 (the GPU check's decision, docs/gpu.md).
 
@@ -47,12 +48,16 @@ from lsp_server.backends.base import (
     find_fim_tokens,
     stop_token_ids,
 )
+from lsp_server.backends.torch import tree as trees
+from lsp_server.backends.torch.tokens import hf_token_bytes
 from lsp_server.backends.torch.options import (
     TIE_MARGIN,
     pass_options,
     small_batch_matmul,
     small_batch_matmul_on,
     torch_block,
+    trees_option,
+    with_tree_rows,
 )
 
 log = logging.getLogger(__name__)
@@ -82,19 +87,18 @@ class StaticKV:
         layers, kv_heads, head_dim = self.shape
         self.capacity = capacity
         # Zeros, not empty: a masked slot's value is multiplied by an exact 0 and must be finite.
-        self.keys = [torch.zeros(1, kv_heads, capacity, head_dim, dtype=self.dtype, device=self.device)
-                     for _ in range(layers)]
-        self.values = [torch.zeros_like(k) for k in self.keys]
+        # One buffer for all layers (keys[l] is a view), so keeping a tree's path moves every layer at once.
+        self.buffers = torch.zeros(2, layers, 1, kv_heads, capacity, head_dim, dtype=self.dtype, device=self.device)
+        self.keys, self.values = list(self.buffers[0]), list(self.buffers[1])
         self.slots = torch.arange(capacity, device=self.device)
 
     def grow(self, capacity: int) -> None:
         """Room for `capacity` tokens: new buffers (what is held is copied), so captured graphs are dropped."""
         if capacity <= self.capacity:
             return
-        old_k, old_v = self.keys, self.values
+        old = self.buffers
         self._alloc(capacity)
-        for new, old in zip(self.keys + self.values, old_k + old_v):
-            new[:, :, : old.shape[2]].copy_(old)
+        self.buffers[..., : old.shape[-2], :].copy_(old)
         self.graphs.clear()
 
     # -- what the transformers attention layers call -------------------------------------
@@ -119,6 +123,8 @@ class _Graph:
     ids: torch.Tensor  # [1, rows] token ids
     start: torch.Tensor  # [1] position of row 0
     out: torch.Tensor  # [rows, vocab] float32 logits
+    depth: torch.Tensor  # [rows] position of each row after `start` (a tree pass: its depth; tree.py)
+    anc: torch.Tensor  # [rows, rows] which rows each row sees
 
 
 class TorchModel(TensorBackend):
@@ -132,7 +138,7 @@ class TorchModel(TensorBackend):
     def __init__(self, spec: str, name: str, module: torch.nn.Module, tokenizer, device: torch.device,
                  dtype: torch.dtype, *, fim: FimTokens | None = None, stop_ids: frozenset[int] | None = None,
                  vocab_size: int | None = None, pad_to: int | None = None, static_cache: int | None = None,
-                 cuda_graphs: bool = False):
+                 cuda_graphs: bool = False, tree_passes: bool | None = None):
         if pad_to is not None and pad_to < 1:
             raise ValueError(f"pad_to must be at least 1, got {pad_to}")
         if static_cache is not None and static_cache < 1:
@@ -150,6 +156,7 @@ class TorchModel(TensorBackend):
         self.block = torch_block()
         self.static_cache = static_cache
         self.cuda_graphs = cuda_graphs
+        self.tree_passes = tree_passes  # None: the default of `trees`
         self._pool: list[StaticKV] = []
         self._graph_pool = None
         # One capacity for every static cache of this model: the attended length is part of
@@ -197,13 +204,15 @@ class TorchModel(TensorBackend):
 
     _UNSET = object()
 
-    def with_options(self, *, pad_to=_UNSET, static_cache=_UNSET, cuda_graphs=_UNSET) -> "TorchModel":
-        """The same weights and tokenizer with another pass shape / cache (the module docstring)."""
+    def with_options(self, *, pad_to=_UNSET, static_cache=_UNSET, cuda_graphs=_UNSET, trees=_UNSET) -> "TorchModel":
+        """The same weights and tokenizer with another pass shape / cache / tree setting (the module docstring)."""
+        def pick(new, old):
+            return old if new is TorchModel._UNSET else new
+
         lm = TorchModel(self.spec, self.name, self._model, self._tok, self.device, self.dtype, fim=self.fim,
-                        stop_ids=self.stop_ids, vocab_size=self.vocab_size,
-                        pad_to=self.pad_to if pad_to is TorchModel._UNSET else pad_to,
-                        static_cache=self.static_cache if static_cache is TorchModel._UNSET else static_cache,
-                        cuda_graphs=self.cuda_graphs if cuda_graphs is TorchModel._UNSET else cuda_graphs)
+                        stop_ids=self.stop_ids, vocab_size=self.vocab_size, pad_to=pick(pad_to, self.pad_to),
+                        static_cache=pick(static_cache, self.static_cache),
+                        cuda_graphs=pick(cuda_graphs, self.cuda_graphs), tree_passes=pick(trees, self.tree_passes))
         lm.load_seconds = self.load_seconds
         return lm
 
@@ -212,6 +221,17 @@ class TorchModel(TensorBackend):
         """Rows of the fixed pass shape, or None. A pass over more tokens than this is not
         padded, so the engine verifies at most fixed_rows - 1 drafts (lsp_server/decoding/engine.py)."""
         return self.pad_to
+
+    @property
+    def trees(self) -> bool:
+        """Whether drafts may be verified as trees (tree.py; `tree_passes`, DITTO_TREES, overrides).
+        Not by default on the fixed shape in float32 (a tree row whose ancestors are not at
+        consecutive slots differs from plain decoding in the last bits on this CPU, and the fixed
+        shape has no near-tie guard) nor on CUDA's fixed shape, until the GPU check has found tree
+        rows bit-identical there (docs/gpu.md, "Trees"); elsewhere chains and trees are exact alike."""
+        if self.tree_passes is not None:
+            return self.tree_passes
+        return self.pad_to is None or (self.device.type == "cpu" and self.dtype == torch.bfloat16)
 
     def save_pretrained(self, directory) -> None:
         """Write the weights and the tokenizer as a model directory transformers can load."""
@@ -295,6 +315,13 @@ class TorchModel(TensorBackend):
         if not 1 <= last <= n:
             raise ValueError(f"last must be in 1..{n}, got {last}")
         pos = cache.get_seq_length()
+        tree = cache.__dict__.pop("_tree", None)  # armed by tree_next for this pass
+        if tree is not None:
+            if len(tree) != n or last != n:
+                raise ValueError(f"a tree pass of {len(tree)} rows got {n} tokens and last={last}")
+            out = self._pass(ids, cache, last, tree)
+            self.passed(cache, pos, n)
+            return out
         if last == 1 and n > 1:  # a prompt pass: on whole blocks (backend.py WholeBlocks)
             out, start = None, 0
             for size in self.pieces(pos, n):
@@ -306,16 +333,45 @@ class TorchModel(TensorBackend):
         self.passed(cache, pos, n)
         return out
 
-    def _pass(self, ids: Sequence[int], cache, last: int) -> torch.Tensor:
+    def tree_next(self, cache, parents: Sequence[int]) -> None:
+        """Make the next `forward` over `cache` a tree pass (tree.py): row j > 0 continues row
+        parents[j] < j, sits at its depth's position and sees only the cache and its ancestors.
+        Armed on the cache, so the pass itself goes through `forward` (and any wrapper of it)."""
+        cache._tree = trees.check_parents(parents)
+
+    @torch.inference_mode()
+    def keep_rows(self, cache, start: int, rows: Sequence[int]) -> None:
+        """After a tree pass that began at `start`: keep, of its rows, those at offsets `rows`
+        (increasing, 0 = the root), moved to start, start + 1, ...; drop the rest."""
+        if isinstance(cache, StaticKV):
+            trees.keep_rows([cache.buffers], start, rows, dynamic=False)
+            cache.length = start + len(rows)
+        else:
+            for layer in cache.layers:
+                layer.keys, layer.values = trees.keep_rows([layer.keys, layer.values], start, rows, dynamic=True)
+        self.cropped(cache, start + len(rows))
+
+    def _pass(self, ids: Sequence[int], cache, last: int, tree: list[int] | None = None) -> torch.Tensor:
         n = len(ids)
         rows = self.pad_to if self.pad_to is not None and n <= self.pad_to else n
         ids = [*ids, *[ids[-1]] * (rows - n)]
         static = isinstance(cache, StaticKV)
         graphed = static and self.cuda_graphs and rows <= self.GRAPH_ROWS
-        keep = 0 if rows != n or graphed else last  # 0: logits for every row
+        keep = 0 if rows != n or graphed or tree is not None else last  # 0: logits for every row
+        shape = None if tree is None else trees.layout(tree, rows, self.device)
         if static:
-            logits = self._static_forward(ids, cache, keep, graphed)
+            logits = self._static_forward(ids, cache, keep, graphed, shape)
             cache.length += n
+        elif shape is not None:
+            held = cache.get_seq_length()
+            x = torch.tensor([ids], dtype=torch.long, device=self.device)
+            mask = trees.dynamic_mask(held, shape[1])
+            if self._model.config._attn_implementation != "sdpa":
+                mask = trees.additive(mask, self.dtype)
+            logits = self._model(input_ids=x, position_ids=(held + shape[0])[None], attention_mask=mask,
+                                 use_cache=True, logits_to_keep=0, **{self._cache_kw: cache}).logits[0]
+            if rows > n:
+                cache.crop(-(rows - n))
         else:
             x = torch.tensor([ids], dtype=torch.long, device=self.device)
             logits = self._model(input_ids=x, use_cache=True, logits_to_keep=keep,
@@ -341,24 +397,32 @@ class TorchModel(TensorBackend):
             self._pool.append(cache)
 
     # -- the static cache: one pass, eager or replayed from a CUDA graph ------------------
-    def _static_step(self, cache: StaticKV, ids: torch.Tensor, start: torch.Tensor, keep: int) -> torch.Tensor:
-        """The pass itself, the same code eagerly and under graph capture: positions
-        start..start + rows - 1, written at those slots, each row attending to the slots up
-        to its own position. Returns logits [rows or keep, vocab] in the model's dtype."""
+    def _static_step(self, cache: StaticKV, ids: torch.Tensor, start: torch.Tensor, keep: int,
+                     shape: tuple[torch.Tensor, torch.Tensor] | None = None) -> torch.Tensor:
+        """The pass itself, the same code eagerly and under graph capture: rows written at slots
+        start..start + rows - 1, each row attending to the slots up to its own position. With
+        `shape` (depth, ancestors; tree.py; always under graphs) row j sits at start + depth[j]
+        and sees the slots before start and its ancestors' (a chain's shape gives the same mask).
+        Returns logits [rows or keep, vocab] in the model's dtype."""
         rows = ids.shape[1]
-        pos = start + torch.arange(rows, device=self.device)
-        cache.write_pos = pos
-        visible = (cache.slots[None, :] <= pos[:, None])[None, None]  # [1, 1, rows, capacity]
+        slot = start + torch.arange(rows, device=self.device)
+        cache.write_pos = slot
+        if shape is None:
+            pos = slot
+            visible = (cache.slots[None, :] <= pos[:, None])[None, None]  # [1, 1, rows, capacity]
+        else:
+            pos = start + shape[0]
+            visible = trees.static_visible(cache.slots, start, shape[1])[None, None]
         if self._model.config._attn_implementation == "sdpa":
             mask = visible
         else:  # eager attention adds the mask
-            mask = torch.zeros(visible.shape, dtype=self.dtype, device=self.device)
-            mask.masked_fill_(~visible, torch.finfo(self.dtype).min)
+            mask = trees.additive(visible, self.dtype)
         out = self._model(input_ids=ids, position_ids=pos[None], attention_mask=mask, use_cache=True,
                           logits_to_keep=keep, **{self._cache_kw: cache})
         return out.logits[0]
 
-    def _static_forward(self, ids: list[int], cache: StaticKV, keep: int, graphed: bool) -> torch.Tensor:
+    def _static_forward(self, ids: list[int], cache: StaticKV, keep: int, graphed: bool,
+                        shape: tuple[torch.Tensor, torch.Tensor] | None = None) -> torch.Tensor:
         rows = len(ids)
         need = cache.length + rows
         if need > self._capacity:
@@ -376,11 +440,21 @@ class TorchModel(TensorBackend):
             g = cache.graphs.get(rows) or self._capture(cache, ids)
             g.ids.copy_(torch.tensor([ids], dtype=torch.long))
             g.start.fill_(cache.length)
+            depth, anc = shape if shape is not None else self._chain(rows)
+            g.depth.copy_(depth)
+            g.anc.copy_(anc)
             g.graph.replay()
             return g.out.clone()
         x = torch.tensor([ids], dtype=torch.long, device=self.device)
         start = torch.tensor([cache.length], dtype=torch.long, device=self.device)
-        return self._static_step(cache, x, start, keep)
+        return self._static_step(cache, x, start, keep, shape)
+
+    def _chain(self, rows: int) -> tuple[torch.Tensor, torch.Tensor]:
+        """The chain layout of `rows` rows on the model's device (kept: every graphed pass copies one)."""
+        chains = self.__dict__.setdefault("_chains", {})
+        if rows not in chains:
+            chains[rows] = trees.chain_layout(rows, self.device)
+        return chains[rows]
 
     def _capture(self, cache: StaticKV, ids: list[int]) -> _Graph:
         """Capture one pass shape over `cache`'s buffers (CUDA only). The warm-up passes run
@@ -389,18 +463,21 @@ class TorchModel(TensorBackend):
         rows = len(ids)
         static_ids = torch.tensor([ids], dtype=torch.long, device=self.device)
         start = torch.tensor([cache.length], dtype=torch.long, device=self.device)
+        # Every pass shape is captured with its layout as an input: plain, chain and tree passes
+        # over `rows` rows replay one graph (the chain layout gives the causal mask; tree.py).
+        depth, anc = (t.clone() for t in self._chain(rows))
         if self._graph_pool is None:
             self._graph_pool = torch.cuda.graph_pool_handle()
         side = torch.cuda.Stream(device=self.device)
         side.wait_stream(torch.cuda.current_stream(self.device))
         with torch.cuda.stream(side):
             for _ in range(2):
-                self._static_step(cache, static_ids, start, 0)
+                self._static_step(cache, static_ids, start, 0, (depth, anc))
         torch.cuda.current_stream(self.device).wait_stream(side)
         graph = torch.cuda.CUDAGraph()
         with torch.cuda.graph(graph, pool=self._graph_pool):
-            out = self._static_step(cache, static_ids, start, 0).float()
-        g = _Graph(graph, static_ids, start, out)
+            out = self._static_step(cache, static_ids, start, 0, (depth, anc)).float()
+        g = _Graph(graph, static_ids, start, out, depth, anc)
         cache.graphs[rows] = g
         log.debug("captured a CUDA graph over %d rows", rows)
         return g
@@ -408,44 +485,9 @@ class TorchModel(TensorBackend):
 
 def wrap(spec, name, model, tok, dev, dt) -> TorchModel:
     """A loaded transformers module as a TorchModel, with the pass options of the environment (options.py)."""
-    lm = TorchModel(spec, name, model, tok, dev, dt, **pass_options(dev, dtype=dt))
+    trees = trees_option()
+    lm = TorchModel(spec, name, model, tok, dev, dt, **with_tree_rows(pass_options(dev, dtype=dt), trees),
+                    tree_passes=trees)
     if dev.type == "cpu" and small_batch_matmul_on():
         small_batch_matmul(model)
     return lm
-
-
-def _byte_decoder() -> dict[str, int]:
-    """GPT-2's byte-level BPE alphabet read back: the character standing for each byte."""
-    keep = list(range(ord("!"), ord("~") + 1)) + list(range(ord("¡"), ord("¬") + 1)) + list(range(ord("®"), ord("ÿ") + 1))
-    chars, n = list(keep), 0
-    for b in range(256):
-        if b not in keep:
-            keep.append(b)
-            chars.append(256 + n)
-            n += 1
-    return {chr(c): b for b, c in zip(keep, chars)}
-
-
-def hf_token_bytes(tok, size: int) -> list[bytes]:
-    """The bytes of ids 0..size-1 of a transformers tokenizer: byte-level BPE (Qwen, StarCoder,
-    DeepSeek) through its byte alphabet, SentencePiece (CodeLlama) through "▁" and <0xNN>
-    tokens, else the id's decoded text. Special and added control tokens write b"" (healing
-    never lets them stand for typed text; lsp_server/decoding/healing.py)."""
-    pieces = tok.convert_ids_to_tokens(list(range(min(size, len(tok)))))
-    special = set(tok.all_special_ids) | {i for i, t in tok.added_tokens_decoder.items() if t.special}
-    decoder = _byte_decoder()
-    byte_level = sum(1 for p in pieces[:2000] if p and all(c in decoder for c in p)) > 0.9 * min(2000, len(pieces))
-    out: list[bytes] = []
-    for i, piece in enumerate(pieces):
-        if i in special or piece is None:
-            out.append(b"")
-        elif byte_level and all(c in decoder for c in piece):
-            out.append(bytes(decoder[c] for c in piece))
-        elif piece.startswith("<0x") and piece.endswith(">") and len(piece) == 6:
-            out.append(bytes([int(piece[3:5], 16)]))
-        elif "▁" in piece:
-            out.append(piece.replace("▁", " ").encode("utf-8"))
-        else:
-            text = tok.decode([i], skip_special_tokens=False, clean_up_tokenization_spaces=False)
-            out.append(b"" if "\ufffd" in text else text.encode("utf-8"))
-    return out + [b""] * (size - len(out))

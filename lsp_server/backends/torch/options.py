@@ -1,5 +1,5 @@
 """The torch backend's options from the environment, read here only: the pass shape and cache
-(DITTO_FIXED_SHAPE, DITTO_STATIC_CACHE, DITTO_CUDA_GRAPHS; docs/gpu.md) and the CPU matmul
+(DITTO_FIXED_SHAPE, DITTO_STATIC_CACHE, DITTO_CUDA_GRAPHS; docs/gpu.md), tree passes (DITTO_TREES) and the CPU matmul
 for short verify passes (DITTO_SMALL_BATCH_MATMUL), with the near-tie margin of float32 on a CPU.
 """
 
@@ -60,6 +60,30 @@ def pass_options(dev: torch.device, env=None, dtype: torch.dtype | None = None) 
     if graphs and static is None:
         raise ModelError("DITTO_CUDA_GRAPHS=1 needs the static KV cache: unset DITTO_STATIC_CACHE or give a capacity")
     return {"pad_to": pad, "static_cache": static, "cuda_graphs": graphs}
+
+
+def trees_option(env=None) -> bool | None:
+    """DITTO_TREES: 1 verifies drafts as trees wherever the backend runs them, 0 never; unset (None)
+    leaves it to TorchModel.trees (docs/gpu.md, "Trees")."""
+    raw = (os.environ if env is None else env).get("DITTO_TREES", "").strip().lower()
+    if raw in ("", "auto"):
+        return None
+    if raw in ("1", "on", "yes", "true", "0", "off", "no", "false"):
+        return raw in ("1", "on", "yes", "true")
+    raise ModelError(f"DITTO_TREES={raw!r}: use 0 or 1")
+
+
+TREE_PASS_ROWS = 16  # the fixed shape for trees: the largest the H200 measured flat (docs/gpu.md, "Trees")
+
+
+def with_tree_rows(opts: dict, trees: bool | None, env=None) -> dict:
+    """`pass_options` for trees: with DITTO_TREES=1 the default fixed shape has TREE_PASS_ROWS rows
+    (trees of 15 nodes; T(16) 3.71 ms against T(9) 3.66 ms on the H200, docs/perf/gpu/gpucheck.json),
+    unless DITTO_FIXED_SHAPE names a row count."""
+    raw = (os.environ if env is None else env).get("DITTO_FIXED_SHAPE", "").strip()
+    if trees and opts.get("pad_to") == DEFAULT_PASS_ROWS and not (raw.isdigit() and int(raw) >= 2):
+        return {**opts, "pad_to": TREE_PASS_ROWS}
+    return opts
 
 
 def small_batch_matmul(model: torch.nn.Module, rows: tuple[int, int] = (2, 4)) -> int:
