@@ -20,6 +20,7 @@ MAX_LINES = 500  # of a module in lsp_server/ or drafters/
 FORBIDDEN = [
     ("drafters", ("lsp_server", "ditto_bench"), "drafters work on token ids and know nothing of the server"),
     ("lsp_server.numbers", ("lsp_server.", "ditto_bench"), "a leaf"),
+    ("lsp_server.lru", ("lsp_server.", "ditto_bench"), "a leaf"),
     ("lsp_server.decoding.types", ("lsp_server.", "ditto_bench", "torch"), "a leaf of plain types"),
     ("lsp_server.decoding", ("lsp_server.completion", "lsp_server.lsp", "lsp_server.settings", "lsp_server.commands",
                              "lsp_server.cli", "lsp_server.backends", "ditto_bench"),

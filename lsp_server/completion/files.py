@@ -21,6 +21,7 @@ from collections import OrderedDict
 
 from lsp_server.completion.context import Window
 from lsp_server.completion.place import Place
+from lsp_server.lru import lru_get
 
 
 class FileState:
@@ -57,11 +58,7 @@ class FileStates:
 
     def get(self, key: str) -> FileState:
         """The state of `key`, made on first use (the least recently used beyond MAX go)."""
-        state = self._states.pop(key, None) or FileState()
-        self._states[key] = state
-        while len(self._states) > self.MAX:
-            self._states.popitem(last=False)
-        return state
+        return lru_get(self._states, key, FileState, self.MAX)
 
     def peek(self, key: str) -> FileState | None:
         return self._states.get(key)

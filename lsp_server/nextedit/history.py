@@ -24,6 +24,8 @@ import time
 from collections import OrderedDict
 from dataclasses import dataclass, field
 
+from lsp_server.lru import lru_get
+
 
 @dataclass(frozen=True)
 class Limits:
@@ -192,11 +194,7 @@ class EditHistories:
 
     def get(self, uri: str) -> EditHistory:
         """The history of `uri`, made on first use (and counted as the most recent)."""
-        h = self._docs.pop(uri, None) or EditHistory(self.limits, self.clock)
-        self._docs[uri] = h
-        while len(self._docs) > self.max_docs:
-            self._docs.popitem(last=False)
-        return h
+        return lru_get(self._docs, uri, lambda: EditHistory(self.limits, self.clock), self.max_docs)
 
     def peek(self, uri: str) -> EditHistory | None:
         return self._docs.get(uri)

@@ -60,6 +60,7 @@ from lsp_server.backends.base import (
 )
 from lsp_server.backends.llama.library import LOG_TAIL, built_with_amx, file_type, lib, load_error
 from lsp_server.backends.llama.options import LlamaOptions
+from lsp_server.backends.llama.vocab import tokenize
 
 log = logging.getLogger(__name__)
 
@@ -200,16 +201,7 @@ class LlamaModel(TensorBackend):
 
     # -- text side ---------------------------------------------------------------------
     def encode(self, text: str) -> list[int]:
-        data = text.encode("utf-8")
-        if not data:
-            return []
-        size = len(data) + 8
-        while True:
-            buf = (ctypes.c_int32 * size)()
-            n = self._L.llama_tokenize(self._vocab, data, len(data), buf, size, False, True)
-            if n >= 0:
-                return list(buf[:n])
-            size = -n
+        return tokenize(self._L, self._vocab, text, special=True)
 
     def decode(self, ids: Sequence[int]) -> str:
         ids = [int(t) for t in ids]

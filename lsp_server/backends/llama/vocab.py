@@ -9,6 +9,7 @@ Left out on purpose: running the model (model.py).
 
 from __future__ import annotations
 
+import contextlib
 import ctypes
 from pathlib import Path
 
@@ -35,16 +36,7 @@ class GGUFVocab:
         self.eot = int(L.llama_vocab_eot(self._vocab))
 
     def tokenize(self, text: str, special: bool = True) -> list[int]:
-        data = text.encode("utf-8")
-        if not data:
-            return []
-        size = len(data) + 8
-        while True:
-            buf = (ctypes.c_int32 * size)()
-            n = self._L.llama_tokenize(self._vocab, data, len(data), buf, size, False, special)
-            if n >= 0:
-                return list(buf[:n])
-            size = -n
+        return tokenize(self._L, self._vocab, text, special)
 
     def piece(self, tid: int, special: bool = True) -> bytes:
         """The bytes token `tid` writes (control tokens: their text when `special`, else b"")."""
@@ -71,7 +63,20 @@ class GGUFVocab:
             self._model = None
 
     def __del__(self):
-        try:
+        with contextlib.suppress(Exception):  # interpreter shutdown: the library may be gone already
             self.close()
-        except Exception:  # interpreter shutdown: the library may be gone already
-            pass
+
+
+def tokenize(L, vocab, text: str, special: bool = True) -> list[int]:
+    """`text`'s token ids by llama.cpp's tokenizer of `vocab` (special tokens parsed when `special`),
+    for the model (model.py) and a vocabulary alone (GGUFVocab)."""
+    data = text.encode("utf-8")
+    if not data:
+        return []
+    size = len(data) + 8
+    while True:
+        buf = (ctypes.c_int32 * size)()
+        n = L.llama_tokenize(vocab, data, len(data), buf, size, False, special)
+        if n >= 0:
+            return list(buf[:n])
+        size = -n
