@@ -33,6 +33,7 @@ Left out on purpose: decoding (engine.py), prompts (context.py).
 
 from __future__ import annotations
 
+import copy
 import inspect
 import logging
 from dataclasses import dataclass
@@ -172,6 +173,13 @@ class TorchModel(TensorBackend):
         self.vocab_size = int(vocab_size or module.get_output_embeddings().weight.shape[0])
         self.load_seconds = 0.0
         self._token_bytes: list[bytes] | None = None
+        cfg = module.config
+        heads = getattr(cfg, "num_attention_heads", 0) or 0
+        head_dim = getattr(cfg, "head_dim", None) or (cfg.hidden_size // heads if heads else 0)
+        kv_heads = getattr(cfg, "num_key_value_heads", None) or heads
+        self.kv_bytes_per_token = 2 * (getattr(cfg, "num_hidden_layers", 0) or 0) * kv_heads * head_dim * \
+            torch.finfo(dtype).bits // 8 if dtype.is_floating_point else 0
+        self.max_sequence = getattr(cfg, "max_position_embeddings", None)
         params = inspect.signature(module.forward).parameters
         self._cache_kw = "cache" if "cache" in params else "past_key_values"
 
@@ -332,6 +340,22 @@ class TorchModel(TensorBackend):
             if drop > 0:
                 cache.crop(-drop)
         self.cropped(cache, min(keep, cache.get_seq_length()))
+
+    def clone(self, cache, keep: int):
+        """A new cache holding the first `keep` tokens of `cache` (its tensors copied)."""
+        keep = max(0, min(int(keep), cache.get_seq_length()))
+        out = self.new_cache()
+        if keep:
+            if isinstance(cache, StaticKV):
+                out.grow(cache.capacity)
+                for new, old in zip(out.keys + out.values, cache.keys + cache.values):
+                    new[:, :, :keep].copy_(old[:, :, :keep])
+                out.length = keep
+            else:
+                out = copy.deepcopy(cache)
+        out.aligned, out.tail = getattr(cache, "aligned", 0), getattr(cache, "tail", 0)
+        self.crop(out, keep)
+        return out
 
     def release(self, cache) -> None:
         # A DynamicCache is plain tensors: garbage collection frees it. A static cache goes
