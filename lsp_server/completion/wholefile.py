@@ -50,7 +50,7 @@ class FilePrefix:
 class WholeFile:
     """How long a file's sequence may grow and when a request uses it."""
 
-    tokens: int = 3072  # the sequence's tokens at most (and room for suffix, middle and generation in a cache)
+    tokens: int = 3584  # the sequence's tokens at most (and room for suffix, middle and generation in a cache)
     below: int = 64  # tokens of the rest of the line and lines below in a whole-file prompt (the peer: 64 lines)
     gap: int = 192  # a request uses the whole file when the KV lacks at most this many of its prefix's tokens
     reserve: int = 512  # tokens a cache keeps free after the sequence: suffix, middle, typed text, generation

@@ -46,7 +46,7 @@ def common(a: Sequence[int], b: Sequence[int]) -> int:
 class PrefixPool:
     """The bound over every file's prefix KV (module docstring)."""
 
-    def __init__(self, lm, max_tokens: int = 65536, max_mb: float = 1024.0):
+    def __init__(self, lm, max_tokens: int = 16384, max_mb: float = 256.0):
         self.lm = lm
         self.max_tokens = max_tokens
         self.max_mb = max_mb

@@ -184,3 +184,31 @@ async def test_while_idle_the_suggestion_where_the_user_is_is_generated_and_answ
     again = shown(await asyncio.wait_for(inline(client, uri, line, 4), TIMEOUT))
     assert (await trace(client, uri))["ahead"] is False  # shown once: asked again, it is generated anew
     assert first == again and first
+
+
+async def test_while_idle_the_file_is_filled_and_a_request_gets_the_whole_file_above(client: LanguageClient):
+    """Issue 40: idle work fills the document's prefix KV from its top (lsp_server/completion/wholefile.py);
+    a request then holds every line above its place and prefills only what is new."""
+    uri = "file:///tmp/ditto-idle/whole.py"
+    text = "".join(LINES[:40]) + "\n"
+    before = (await stats(client))["whole_file"]["fill_tokens"]
+    open_doc(client, uri, text)
+    line = 60
+    move_cursor(client, uri, line, 4)
+    for _ in range(int(TIMEOUT / 0.05)):
+        s = await stats(client)
+        if s["whole_file"]["fill_tokens"] - before >= 600 and not s["worker_busy"] and not s["worker_idle_work"]:
+            break
+        await asyncio.sleep(0.05)
+    assert s["whole_file"]["fill_tokens"] - before >= 600 and s["kv_cache"]["file_prefix"]["tokens"] >= 600, s
+    # A character typed there: idle work aimed at the new place (its suggestion made ahead, if any, from this prompt).
+    client.text_document_did_change(types.DidChangeTextDocumentParams(
+        text_document=types.VersionedTextDocumentIdentifier(uri=uri, version=2),
+        content_changes=[types.TextDocumentContentChangePartial(
+            range=types.Range(start=types.Position(line=line, character=4), end=types.Position(line=line, character=4)),
+            text="r")]))
+    await asyncio.wait_for(inline(client, uri, line, 5), TIMEOUT)
+    t = await trace(client, uri)
+    assert t["whole_file"] is True, t
+    assert t["stats"]["prefill_tokens"] < t["prompt_tokens"] // 2, t
+    assert (await stats(client))["whole_file"]["requests"] >= 1
