@@ -245,8 +245,10 @@ class Completer:
         state = self._file(file, name or cache_key)
         s = settings or self.settings
         if state is not None and s.whole_file and self.generator.resumable:
+            # What the KV may lack: at most half the window's lines above, so a place costs no more than the window.
+            rules = replace(self.whole, gap=min(self.whole.gap, max(32, self.budget_for(s).above // 2)))
             whole = whole_prompt(self.lm, text, line, col, state.prefix, path=name, window=state.window, heal=heal,
-                                 rules=self.whole, block=self.lm.block)
+                                 rules=rules, block=self.lm.block)
             if whole is not None:
                 return whole
         return build_prompt(self.lm, text, line, col, others=others, path=name,

@@ -179,3 +179,37 @@ def test_an_edit_above_falls_back_to_the_window_until_refilled_and_a_long_file_a
     _fill_all(completer, text, 130, "m.py")
     assert prefix.start % 64 == 0 and prefix.start > 0
     assert completer.prompt_for(text, 130, 0, name="m.py", cache_key="k").whole
+
+
+@pytest.fixture(scope="module", params=["llama.cpp", "torch"])
+def default_lm(request):
+    from lsp_server.backends.base import ModelError
+    from lsp_server.backends.loader import load
+
+    if request.param == "llama.cpp" and not llama_library.available():
+        pytest.skip("no llama.cpp library")
+    try:
+        if request.param == "torch":
+            lm = load("default", backend="torch", device="cpu", dtype="float32")
+            lm.block = 32  # whole-block passes: reuse is bit-exact (DITTO_TORCH_BLOCK)
+            return lm
+        return load("default", backend="llama.cpp")
+    except ModelError as err:
+        pytest.skip(f"the default model is not installed ({err})")
+
+
+@pytest.mark.model
+def test_the_default_model_from_a_copied_prefix_writes_what_a_fresh_prefill_writes(default_lm):
+    """The issue's exactness check on the default model: a request's prompt whose start is copied from
+    the file's KV (filled in 32-token chunks) gives the greedy tokens of the same prompt prefilled fresh."""
+    lm = default_lm
+    engine, pool, kv = Engine(lm), PrefixPool(lm), PrefixKV()
+    file = lm.encode((ROOT / "lsp_server/completion/context.py").read_text())[:400]
+    fill(engine, pool, kv, file, chunk=32)
+    fim = lm.fim
+    greedy = DecodeOptions(max_new_tokens=16, draft_max=0)
+    for cut in (150, 333):
+        prompt = [*file[:cut], fim.suffix, *lm.encode("\n\n"), fim.middle]
+        assert seed(engine, f"k{cut}", kv, prompt, pool) == cut - cut % 32
+        got = engine.generate(prompt, options=greedy, cache_key=f"k{cut}").tokens
+        assert got == Engine(lm).generate(prompt, options=greedy).tokens and got
