@@ -35,7 +35,7 @@ def configure(p: argparse.ArgumentParser) -> None:
                    help="comma-separated; completion: off,ngram,oracle,hf-greedy,hf-prompt-lookup (default all; hf-* "
                         "only on --backend torch); "
                         "keystroke and session: off|ngram, each optionally -noreuse (default ngram,ngram-noreuse); "
-                        "session also: ditto, ditto-nodraft (each optionally @N: contextTokens N) and llama-server, "
+                        "session also: ditto, ditto-nodraft, ditto-whole (wholeFile on; each optionally @N: contextTokens N) and llama-server, "
                         "real servers driven as editors drive them (the editor replay); "
                         "next-edit: propagate, rewrite, both (default propagate,rewrite)")
     p.add_argument("--since", default=None, help="only commits after this date (git log --since)")
@@ -64,6 +64,9 @@ def configure(p: argparse.ArgumentParser) -> None:
                         "(off by default)")
     r.add_argument("--pause-scale", type=float, default=1.0, metavar="F",
                    help="multiply the replay's pauses (1.0 s rest at a block, 0.3 s before a line's request) by F")
+    r.add_argument("--open-rest", type=float, default=0.0, metavar="SECONDS",
+                   help="after opening a session's file, rest this long before the cursor arrives (a developer "
+                        "reads a file before typing; both systems: Ditto's idle work, llama.vim's ring updates)")
     r.add_argument("--check-continuations", action="store_true",
                    help="after each Ditto answer given at its deadline (outside the timing), finish that generation "
                         "and compare it with the same generation uninterrupted; the report counts the identical ones. "
@@ -419,7 +422,7 @@ def _replay(args, sessions: list, systems: list[str], t_run: float):
                             log_dir=log_dir, baseline=args.baseline, check_continuations=args.check_continuations)
     meta = {"systems": {}, "cores": {"ditto": cores[0], "llama-server": cores[1]}, "threads": 1,
             "pause_scale": args.pause_scale,
-            "pauses_s": {"rest": REST_S, "line": LINE_PAUSE_S, "cursor_notice": CURSOR_NOTICE_S, "idle_wait": IDLE_WAIT_S},
+            "pauses_s": {"open_rest": args.open_rest, "rest": REST_S, "line": LINE_PAUSE_S, "cursor_notice": CURSOR_NOTICE_S, "idle_wait": IDLE_WAIT_S},
             "followup": args.peer_followup, "answer_timeout_s": options.answer_timeout_s, "logs": str(log_dir),
             "loadavg_start": [round(x, 2) for x in os.getloadavg()], "opened": []}
     records: list[dict] = []
@@ -441,7 +444,7 @@ def _replay(args, sessions: list, systems: list[str], t_run: float):
             if args.time_limit is not None and time.perf_counter() - t_run > args.time_limit:
                 partial, stopped = True, f"--time-limit {args.time_limit:g}s reached"
                 break
-            steps = script(session)
+            steps = script(session, open_rest=args.open_rest)
             mine = []
             for d in drivers:
                 run = replay_session(d, session, steps)

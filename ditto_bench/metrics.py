@@ -413,6 +413,12 @@ def _replay_group(rs: list[dict], timeout_ms: float) -> dict:
         **quality_summary(rs),
         "prompt_tokens_p50": _r(percentile([r["prompt_tokens_processed"] for r in rs
                                             if r.get("prompt_tokens_processed") is not None], 50), 1),
+        # The context the model saw (Ditto's prompt, the peer's tokens_evaluated) beside what it processed.
+        "prompt_tokens_seen_p50": _r(percentile([r["prompt_tokens"] for r in rs
+                                                 if r.get("prompt_tokens") is not None], 50), 1),
+        # Ditto's requests answered with the whole file above the place (issue 40), of those it reports for.
+        "whole_file": sum(1 for r in rs if r.get("whole_file")),
+        "whole_file_known": sum(1 for r in rs if r.get("whole_file") is not None),
         "typethrough": sum(1 for r in rs if r.get("typethrough")),
         "idle_ms_p50": _r(percentile([r["idle_ms"] for r in rs if r.get("idle_ms") is not None], 50), 1),
     }

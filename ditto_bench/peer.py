@@ -141,6 +141,7 @@ class FimResult:
     wall_ms: float = 0.0  # time to display: the cache lookup, or the request that produced it
     timings: dict = field(default_factory=dict)  # prompt_n, prompt_ms, predicted_n, predicted_ms, ...
     tokens_cached: int | None = None
+    tokens_evaluated: int | None = None  # the prompt's tokens (the context the model saw)
     truncated: bool | None = None
     stop_type: str | None = None
     request: dict | None = None
@@ -389,6 +390,7 @@ class LlamaVimClient:
         res = FimResult(sent=True, wall_ms=wall, request=req, content=resp.get("content", ""))
         res.timings = {k.split("/", 1)[1]: v for k, v in resp.items() if k.startswith("timings/")}
         res.tokens_cached, res.truncated, res.stop_type = resp.get("tokens_cached"), resp.get("truncated"), resp.get("stop_type")
+        res.tokens_evaluated = resp.get("tokens_evaluated")
         self.log.append({"kind": "fim_spec" if prev else "fim", "wall_ms": wall, **res.timings,
                          "tokens_cached": res.tokens_cached})
         # L875-890: after sending, gather chunks further away when the cursor moved far.
@@ -509,6 +511,7 @@ class LlamaVimClient:
             if shown is not None:
                 shown.sent, shown.wall_ms, shown.request = True, t_display, sent.request
                 shown.timings, shown.tokens_cached = sent.timings, sent.tokens_cached
+                shown.tokens_evaluated = sent.tokens_evaluated
                 shown.truncated, shown.stop_type = sent.truncated, sent.stop_type
                 shown.followup = (pos_x, pos_y, list(self.fim_data["content"]))
         if shown is None:

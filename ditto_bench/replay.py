@@ -21,7 +21,9 @@ open):
 
 1. open the other buffers, then the session document; cursor on line 1; wait until the server
    is idle (Ditto: `ditto/stats` shows no pending work and an idle prefill finished, or 5 s;
-   the peer: the ring flushed);
+   the peer: the ring flushed); then, with `open_rest` (`--open-rest SECONDS`), rest that long
+   with the cursor on line 1 (a developer reads a file before typing: Ditto's idle work fills
+   the file's prefix KV, llama.vim sends its ring updates as in any pause);
 2. for each block, top down (a place not visited yet):
    a. ``arrive`` (cold): the cursor jumps to the block's empty line, which gets the first
       line's indentation, and a request is made at once (the editor's own arrival request);
@@ -110,10 +112,12 @@ def _indent(line: str) -> str:
     return line[: len(line) - len(line.lstrip(" \t"))]
 
 
-def script(session) -> list:
+def script(session, open_rest: float = 0.0) -> list:
     """The steps of the replay of `session` (session.Session), in order (module docstring)."""
     lines = session.document.split("\n")
     steps: list = [Open(session.path, session.document, tuple(session.buffers))]
+    if open_rest > 0:
+        steps.append(Pause(open_rest, (0, 0)))
 
     def edit(what, line, col, end_line, end_col, text, cursor):
         head, tail = lines[line][:col], lines[end_line][end_col:]
@@ -208,6 +212,8 @@ def ditto_options(name: str) -> dict:
     out = {}
     if base == "ditto-nodraft":
         out["drafter"] = "none"
+    if base == "ditto-whole":
+        out["wholeFile"] = True  # the whole file above from a warm KV per file (issue 40)
     if context is not None:
         out["contextTokens"] = context
     if replay_snippets(name) is not None:
@@ -403,6 +409,8 @@ class DittoDriver:
             # The server keeps no trace for a type-through answer (the suggestion on screen): its trace is an older one.
             "typethrough": bool(text) and not same,
             "prompt_tokens_processed": stats.get("prefill_tokens"),
+            "prompt_tokens": trace.get("prompt_tokens") if same else None,  # the context the model saw
+            "whole_file": trace.get("whole_file") if same else None,  # the whole file above (issue 40)
             "reused_tokens": stats.get("reused_tokens"),
             "prefill_ms": stats.get("prefill_ms"),
             "decode_ms": stats.get("decode_ms"),
@@ -461,7 +469,7 @@ class PeerDriver:
         from ditto_bench.peer import LlamaVimClient
 
         self.client = LlamaVimClient(self.server.url, seed=0, timeout=self.opts.answer_timeout_s,
-                                     extra_fields=("stop_type",))
+                                     extra_fields=("stop_type", "tokens_evaluated"))
         t0 = time.monotonic()
         for path, text in step.buffers:
             self.client.buf_enter(path, text, 1)
@@ -515,6 +523,7 @@ class PeerDriver:
             "timeout": False, "tts_ms": round(res.wall_ms, 1), "text": text,
             "typethrough": res.from_cache,  # shown from llama.vim's cache before any answer
             "prompt_tokens_processed": sent.timings.get("prompt_n") if sent else None,
+            "prompt_tokens": sent.tokens_evaluated if sent else None,  # the context the model saw
             "tokens_cached": sent.tokens_cached if sent else None,
             "generated": sent.timings.get("predicted_n") if sent else None,
             "prefill_ms": sent.timings.get("prompt_ms") if sent else None,

@@ -157,15 +157,22 @@ def session_table(summary: dict) -> str:
 def replay_table(summary: dict) -> str:
     """The editor replay (replay.py): one row per system and kind of request (cold, warm, all)."""
     head = (f"| system | kind | n | tts p50 ms | tts p95 ms | {QUALITY_HEAD} | prompt tokens processed p50 | "
-            "shown without the model | idle before p50 ms | timeouts | deadline + continuation = one generation |")
+            "prompt tokens seen p50 | whole file above | shown without the model | idle before p50 ms | timeouts | deadline + continuation = one generation |")
     rows = [head, "|" + "---|" * (head.count("|") - 1)]
     for s, v in summary.items():
         for kind in ("cold", "warm", "all"):
             g = v[kind]
             rows.append(f"| {s} | {kind} | {g['n']} | {_f(g['tts_ms_p50'], 0)} | {_f(g['tts_ms_p95'], 0)} | "
-                        f"{_quality_cells(g, g['n'])} | {_f(g['prompt_tokens_p50'], 0)} | {g['typethrough']} | "
+                        f"{_quality_cells(g, g['n'])} | {_f(g['prompt_tokens_p50'], 0)} | "
+                        f"{_f(g.get('prompt_tokens_seen_p50'), 0)} | {_whole(g)} | {g['typethrough']} | "
                         f"{_f(g['idle_ms_p50'], 0)} | {g['timeouts']} | {_checked(g)} |")
     return "\n".join(rows)
+
+
+def _whole(g: dict) -> str:
+    """Requests with the whole file above / requests that say (– where none does: the peer, an older Ditto)."""
+    n = g.get("whole_file_known") or 0
+    return f"{g['whole_file']}/{n}" if n else "–"
 
 
 def _checked(g: dict) -> str:

@@ -29,8 +29,8 @@ the time to their first new token as their prefill.
 Keystroke mode: one request per typed character through the same Completer path the
 server uses, with the document's cache key (KV reuse); a ``-noreuse`` suffix runs the
 same system without a cache key. Session mode (session.py) takes the same systems, and
-the editor-replay systems of replay.py: ``ditto``, ``ditto-nodraft`` (each optionally
-``@N``, a context budget of N tokens) and ``llama-server``, real servers in their own
+the editor-replay systems of replay.py: ``ditto``, ``ditto-nodraft``, ``ditto-whole`` (the
+whole_file setting on; each optionally ``@N``, a context budget of N tokens) and ``llama-server``, real servers in their own
 processes (`replay_system` parses their names).
 """
 
@@ -52,7 +52,7 @@ REPLAY_PEER = "llama-server"  # llama.cpp's own server, driven as llama.vim driv
 
 def replay_system(name: str) -> tuple[str, int | None] | None:
     """(base, context tokens) of an editor-replay system name, else None:
-    ``ditto``, ``ditto-nodraft``, either with ``@N`` (contextTokens N), ``~SOURCE`` (the snippets
+    ``ditto``, ``ditto-nodraft``, ``ditto-whole`` (the whole_file setting on), any with ``@N`` (contextTokens N), ``~SOURCE`` (the snippets
     setting: heads, similar or none; `replay_snippets`) and ``+MODEL`` (another model spec than the
     bench's --model, e.g. ``ditto@512~similar+qwen2.5-coder-1.5b``), ``ditto-base`` (the server of
     another checkout, `--baseline DIR`, at its own defaults) and ``llama-server``."""
@@ -64,7 +64,7 @@ def replay_system(name: str) -> tuple[str, int | None] | None:
     return m.group(1), int(m.group(2)) if m.group(2) else None
 
 
-_REPLAY = re.compile(r"(ditto|ditto-nodraft|ditto-base|llama-server)(?:@(\d+))?(?:~(heads|similar|none))?(?:\+[\w.:/-]+)?")
+_REPLAY = re.compile(r"(ditto|ditto-nodraft|ditto-whole|ditto-base|llama-server)(?:@(\d+))?(?:~(heads|similar|none))?(?:\+[\w.:/-]+)?")
 
 
 def replay_snippets(name: str) -> str | None:
@@ -83,7 +83,7 @@ def parse_systems(spec: str, mode: str) -> list[str]:
                 continue
             if n.removesuffix("-noreuse") not in KEYSTROKE_BASE:
                 raise ValueError(f"unknown {mode}-mode system {n!r}: use off, ngram, each optionally with -noreuse"
-                                 + ("; or ditto, ditto-nodraft (optionally @N: a context budget of N tokens), "
+                                 + ("; or ditto, ditto-nodraft, ditto-whole (optionally @N: a context budget of N tokens), "
                                     "ditto-base (with --baseline DIR), llama-server (real servers, replay.py)"
                                     if mode == "session" else ""))
         return list(dict.fromkeys(names))

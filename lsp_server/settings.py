@@ -77,6 +77,10 @@ class Settings:
     multiline: bool = True  # ghost text may span lines (until the current block ends)
     adaptive: bool = True  # choose each draft's length from measured pass costs; False = verify draft_max tokens
     idle_prefill: bool = True  # prefill the likely next prompt, then generate its suggestion, while the user pauses
+    # The whole file above the place from a warm KV per open file, filled while the user pauses
+    # (completion/wholefile.py; docs/design.md, "The whole file above the cursor"). Off by default: the fill
+    # keeps the worker busy between keystrokes and the held-out runs did not show it paying (docs/perf/README.md).
+    whole_file: bool = False
     # The drafter's index of the open buffers, all together, in MB; least recently used ones beyond it are
     # dropped from it and indexed again when visited (completion/buffers.py; ~26 bytes a token).
     index_memory_mb: int = 64
@@ -110,7 +114,8 @@ class Settings:
 
         return CompleterSettings(drafter=self.drafter, multiline=self.multiline, draft_model=self.draft_model,
                                  budget=ContextBudget.scaled(self.context_tokens, self.snippets)
-                                 if self.context_tokens else None, snippets=self.snippets)
+                                 if self.context_tokens else None, snippets=self.snippets,
+                                 whole_file=self.whole_file)
 
     # -- the names ---------------------------------------------------------------------------
     @classmethod
@@ -218,7 +223,7 @@ _CLI_NEGATED = {"multiline": "single_line", "adaptive": "no_adaptive", "idle_pre
 
 _TYPES = {
     "model": str, "device": str, "dtype": str, "backend": str, "drafter": str, "draft_model": str, "snippets": str,
-    "trust_remote_code": bool, "multiline": bool, "adaptive": bool, "idle_prefill": bool, "debug_hooks": bool,
+    "trust_remote_code": bool, "multiline": bool, "adaptive": bool, "idle_prefill": bool, "whole_file": bool, "debug_hooks": bool,
     "debug_notify_steps": bool, "debug_documents": bool, "debug_check_places": bool, "debug_fail_forward": bool,
     "max_tokens": int, "context_tokens": int, "draft_max": int, "top_k": int, "seed": (int, type(None)),
     "temperature": float, "top_p": float, "time_budget_s": (float, type(None)), "first_answer_s": (float, type(None)), "debug_step_delay_ms": float,

@@ -164,6 +164,12 @@ class TensorBackend(WholeBlocks):
     # `cache` one whose row j > 0 continues row parents[j] and sees only its ancestors; then
     # `keep_rows(cache, start, rows)` keeps the accepted path's rows. False: drafts stay chains.
     trees: bool = False
+    kv_bytes_per_token: int = 0  # KV memory a cached token takes (0: unknown); bounds files' prefix KVs
+    max_sequence: int | None = None  # tokens one cache can hold (a llama.cpp slot), None: the model's limit
+
+    def clone(self, cache, keep: int):
+        """A new cache holding the first `keep` tokens of `cache` (lsp_server/decoding/prefix.py `seed`)."""
+        raise NotImplementedError(f"{type(self).__name__} cannot copy a cache")
 
 
 class Model(Backend, Tokenizer, Protocol):
@@ -225,6 +231,14 @@ class Generator:
     def resume(self, key: str, *, pause: Callable[[list[int]], bool] | None = None,
                cancel: threading.Event | None = None, ctx=None):
         return None
+
+    def seed(self, key: str, prefix, ids: list[int]) -> int:
+        """Start the cache of `key` from a copy of a file's prefix KV (lsp_server/decoding/prefix.py); tokens copied."""
+        return 0
+
+    def fill(self, prefix, ids: list[int], *, cancel: threading.Event | None = None, chunk: int = 32, ctx=None):
+        """Fill a file's prefix KV with `ids` (lsp_server/decoding/prefix.py `fill`); the prefill's Stats."""
+        raise NotImplementedError
 
 
 class GeneratingModel:

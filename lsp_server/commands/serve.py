@@ -34,6 +34,9 @@ def configure(p: argparse.ArgumentParser) -> None:
     srv.add_argument("--no-idle-prefill", action="store_true",
                      help="do not prefill the likely next prompt, nor generate its suggestion, while the editor is idle "
                           "(on by default)")
+    srv.add_argument("--whole-file", dest="whole_file", action="store_true",
+                     help="the whole file above the cursor from a warm KV per open file, filled while the editor is "
+                          "idle (off by default; docs/design.md, \"The whole file above the cursor\")")
     srv.add_argument("--first-answer", dest="first_answer_s", type=_seconds_or_none, default=Settings.first_answer_s,
                      metavar="SECONDS|none",
                      help="answer with the first complete line, or after this long decoding, and generate the rest "

@@ -35,6 +35,7 @@ from lsp_server.completion.context import ContextBudget, Prompt, Window, build_p
 from lsp_server.completion.files import FileState, FileStates
 from lsp_server.completion.local import EngineGenerator
 from lsp_server.completion.place import Place, Suggestion
+from lsp_server.completion.wholefile import WholeFile, next_fill, whole_prompt
 from lsp_server.decoding.engine import Engine
 from lsp_server.decoding.healing import Healing, VocabBytes
 from lsp_server.decoding.types import DecodeOptions, Generated, RequestContext, Stats  # noqa: F401  (Generated: re-exported)
@@ -53,6 +54,7 @@ class CompleterSettings:
     # snippets of the other open buffers from `snippets` (ContextBudget.SOURCES).
     budget: ContextBudget | None = field(default_factory=ContextBudget.default)
     snippets: str = "heads"
+    whole_file: bool = False  # the whole file above the place once its prefix KV is filled (wholefile.py)
 
 
 class Completer:
@@ -82,6 +84,7 @@ class Completer:
         self.buffers = OpenBuffers(lm.encode, self.ngram, enabled=generator.drafts, max_chars=MAX_INDEXED_CHARS,
                                    wanted=self.index_wanted)
         self.files = FileStates()  # per-file state of callers that name files by key (files.py)
+        self.whole = WholeFile()  # the whole-file prompt's rules (wholefile.py)
         self.continued = 0  # generations resumed after their deadline (idle work or a request)
         self._history: list[list[int]] = []  # accepted completions, oldest first
         self._draft_models: dict[str, object] = {}  # spec -> LoadedModel (loaded once)
@@ -252,6 +255,14 @@ class Completer:
             others = [(n, t) for n, t in self._buffers.items() if n != name]
         heal = "token" if self.generator.constrains else "blanks"
         state = self._file(file, name or cache_key)
+        s = settings or self.settings
+        if state is not None and s.whole_file and self.generator.resumable:
+            # What the KV may lack: at most half the window's lines above, so a place costs no more than the window.
+            rules = replace(self.whole, gap=min(self.whole.gap, max(32, self.budget_for(s).above // 2)))
+            whole = whole_prompt(self.lm, text, line, col, state.prefix, path=name, window=state.window, heal=heal,
+                                 rules=rules, block=self.lm.block)
+            if whole is not None:
+                return whole
         return build_prompt(self.lm, text, line, col, others=others, path=name,
                             budget=self.budget_for(settings or self.settings),
                             window=state.window if state is not None else None, heal=heal)
@@ -274,6 +285,7 @@ class Completer:
             # what the prompt of every place below the file's head starts with (head.py), not the prompt of
             # line 1, which holds no lines above. Once a place was asked, its cache serves the requests there.
             ids = [*prompt.stable, 0]  # (Engine.warm prefills all but the last id)
+        self._seed(prompt, file, name or cache_key, cache_key)
         return self.generator.warm(ids, cache_key, cancel=cancel, chunk=chunk, ctx=ctx)
 
     def complete(self, text: str, line: int, col: int, *, name: str | None = None, options: DecodeOptions | None = None,
@@ -314,6 +326,7 @@ class Completer:
         _, typed, after, _ = split_at(text, line, col)
         prompt = self.prompt_for(text, line, col, name=name, cache_key=cache_key, others=others, settings=s,
                                  file=file)
+        self._seed(prompt, file, name or cache_key, cache_key)
         shown_prompt = replace(prompt, typed=typed, after=after)
         heal = prompt.healed
         constraint = Healing(self.vocab_bytes(), heal.encode("utf-8")) if heal and self.generator.constrains else None
@@ -362,6 +375,23 @@ class Completer:
         self.complete(text, line, col, name=name, options=options, cache_key=cache_key, hold=hold, settings=s,
                       file=file, ctx=ctx)
         return self.place(cache_key, file) is not None
+
+    # -- the whole file above the place (wholefile.py) ----------------------------------------------
+    def _seed(self, prompt: Prompt, file: FileState | None, key: str | None, cache_key: str | None) -> None:
+        """A whole-file prompt: start the cache of `cache_key` from a copy of the file's prefix KV."""
+        state = self._file(file, key)
+        if prompt.whole and cache_key is not None and state is not None:
+            self.generator.seed(cache_key, state.prefix.kv, prompt.ids)
+
+    def fill(self, text: str, line: int, *, name: str | None = None, key: str | None = None,
+             file: FileState | None = None, cancel: threading.Event | None = None, chunk: int = 32,
+             ctx: RequestContext | None = None) -> Stats | None:
+        """Fill the prefix KV of the file (idle work; wholefile.py `next_fill`), in chunks a set `cancel`
+        stops; None where there is nothing to fill (no engine, no FIM, filled already)."""
+        state = self._file(file, key or name)
+        ids = next_fill(self.lm, self.whole, state.prefix, state.window, text, line, name) \
+            if state is not None and self.lm.fim is not None and self.generator.resumable else None
+        return None if ids is None else self.generator.fill(state.prefix.kv, ids, cancel=cancel, chunk=chunk, ctx=ctx)
 
     # -- places: one generation answered in pieces (a deadline, its continuation, type-through) ------
     def place(self, key: str | None, file: FileState | None = None) -> Place | None:

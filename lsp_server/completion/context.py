@@ -87,6 +87,7 @@ class Prompt:
     # the head: head.py `file_head_ids`), and the line after the head; idle prefill at the top warms these.
     stable: list[int] = field(default_factory=list)
     stable_end: int = 0
+    whole: bool = False  # the whole file above the place, from its prefix KV (lsp_server/completion/wholefile.py)
 
 
 @dataclass
@@ -480,3 +481,6 @@ def _middle_from(enc, lines: list[str], window: Window | None, line: int, suffix
         a = line  # (a line too long to tokenize never enters the middle: it goes where the window leaves it out)
     window.middle, window.last_line, window.suffix = a, line, suffix
     return a
+
+
+middle_from = _middle_from  # the first line of the middle, for the whole-file prompt too (wholefile.py)

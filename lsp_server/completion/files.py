@@ -9,9 +9,11 @@ its own `FileStates` (least recently used dropped past a bound).
 - `window`: where the lines-above window starts, the place's middle and last line
   (lsp_server/completion/context.py `Window`);
 - `place`: the last generation answered there, for type-through and its continuation
-  (lsp_server/completion/place.py `Place`).
+  (lsp_server/completion/place.py `Place`);
+- `prefix`: the file's prefix sequence and its KV, filled while idle (lsp_server/completion/wholefile.py
+  `FilePrefix`): requests copy the whole file above their place from it. It goes with the file.
 
-Left out on purpose: the model's KV cache of the file (the engine keeps it per key,
+Left out on purpose: the KV of the file's last prompt (the engine keeps it per key,
 lsp_server/decoding/engine.py), LSP, threads (a FileState is used on the model worker only).
 """
 
@@ -22,20 +24,24 @@ from collections import OrderedDict
 from lsp_server.completion.context import Window
 from lsp_server.completion.place import Place
 from lsp_server.lru import lru_get
+from lsp_server.completion.wholefile import FilePrefix
 
 
 class FileState:
-    __slots__ = ("window", "place")
+    __slots__ = ("window", "place", "prefix")
 
     def __init__(self):
         self.window = Window()
         self.place: Place | None = None
+        self.prefix = FilePrefix()
 
     def shift(self, lines: int) -> None:
         """The text the Completer is given starts `lines` lines later (or earlier, negative) than it
         did: the server's snapshot window of a long document moved (lsp_server/lsp/documents.py).
         The prompt window and the place move with it, so a prompt is the one the whole text gives."""
         w = self.window
+        if lines:
+            self.prefix.shift(lines)
         if lines == 0 or w.start is None:
             return
         start = w.start - lines

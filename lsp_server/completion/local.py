@@ -17,6 +17,7 @@ from lsp_server.backends.base import Generator
 from lsp_server.completion.context import Prompt
 from lsp_server.decoding.engine import Engine
 from lsp_server.decoding.healing import Healing
+from lsp_server.decoding.prefix import PrefixPool, fill, seed
 from lsp_server.decoding.types import Completion, DecodeOptions, Generated, RequestContext, Stats
 
 
@@ -29,6 +30,7 @@ class EngineGenerator(Generator):
 
     def __init__(self, engine: Engine):
         self.engine = engine
+        self.prefixes = PrefixPool(engine.lm)  # the bound over the files' prefix KVs (tokens, MB; LRU)
 
     @property
     def speculation(self):
@@ -42,7 +44,8 @@ class EngineGenerator(Generator):
         return self.engine.stale_passes
 
     def cache_stats(self) -> dict:
-        return {"keys": len(self.engine.cached_keys()), "tokens": self.engine.cached_tokens()}
+        return {"keys": len(self.engine.cached_keys()), "tokens": self.engine.cached_tokens(),
+                "file_prefix": self.prefixes.stats()}
 
     def generate(self, prompt: Prompt, *, options: DecodeOptions, done: Callable[[str], bool], drafter=None,
                  cancel: threading.Event | None = None, cache_key: str | None = None,
@@ -70,3 +73,10 @@ class EngineGenerator(Generator):
     def resume(self, key: str, *, pause: Callable[[list[int]], bool] | None = None,
                cancel: threading.Event | None = None, ctx: RequestContext | None = None) -> Completion | None:
         return self.engine.resume(key, pause=pause, cancel=cancel, ctx=ctx)
+
+    def seed(self, key: str, prefix, ids: list[int]) -> int:
+        return seed(self.engine, key, prefix, ids, self.prefixes)
+
+    def fill(self, prefix, ids: list[int], *, cancel: threading.Event | None = None, chunk: int = 32,
+             ctx: RequestContext | None = None) -> Stats:
+        return fill(self.engine, self.prefixes, prefix, ids, cancel=cancel, chunk=chunk, ctx=ctx)

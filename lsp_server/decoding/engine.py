@@ -160,6 +160,16 @@ class Engine:
         state = self._kv.get(key)
         return state is not None and state.loop is not None
 
+    @property
+    def lock(self) -> threading.Lock:
+        """Held while the model runs for one call (lsp_server/decoding/prefix.py runs its fills under it)."""
+        return self._lock
+
+    def adopt(self, key: str, ids: list[int], cache) -> None:
+        """Make `cache` (holding `ids`) the cache of `key`, in place of its own (prefix.py `seed`)."""
+        self.forget(key)
+        self._put_state(key, _KV(list(ids), cache))
+
     def _put_state(self, key: str | None, state: _KV) -> None:
         if key is None or self.max_cached_docs <= 0:
             self.lm.release(state.cache)

@@ -46,6 +46,7 @@ from lsp_server.nextedit.history import EditHistory
 log = logging.getLogger(__name__)
 
 WINDOW_GRID = 512  # lines: a snapshot window's edges sit on multiples of this
+WHOLE_FILE_LINES = 1024  # lines above the cursor a window reaches at least: a file's prefix sequence (wholefile.py)
 
 
 @dataclass
@@ -279,6 +280,7 @@ class DocumentSession:
         """(first line, WindowText) of the lines any prompt at `line` can read (module docstring)."""
         budget = self._budget()
         above = budget.above + 2 * budget.chunk_lines + 160  # + room to follow the window's first lines
+        above = max(above, WHOLE_FILE_LINES)  # the whole file above the cursor (lsp_server/completion/wholefile.py)
         below = budget.below + 64
         nl, text = lines.nl, lines.text
         first = max(0, (line - above) // WINDOW_GRID * WINDOW_GRID)

@@ -10,7 +10,10 @@ In order (after one slice of indexing, so that it goes on however often requests
    ends that generation (it could serve no request there) instead of leaving the pause idle.
    Then generate the suggestion there, up to its first complete line (`Completer.ahead`), and
    go on as with 1: a request there is answered from it, or resumes it where it stopped.
-3. index the open buffers for the drafter, a slice at a time (`index`; a request waits for at
+3. with the `whole_file` setting on, fill the prefix KV of the document last aimed at (the whole file from its top, 32-token chunks:
+   lsp_server/completion/wholefile.py; docs/design.md, "The whole file above the cursor"), so that
+   requests there get the whole file above their place for the cost of their suffix;
+4. index the open buffers for the drafter, a slice at a time (`index`; a request waits for at
    most one slice), only while a draft could pay
    (lsp_server/completion/completer.py `index_wanted`).
 
@@ -51,6 +54,7 @@ class IdleWork:
         self._aim: Snapshot | None = None  # where the user is: what idle prefill warms
         self._continue_uri: str | None = None  # a suggestion answered at its deadline, to finish while idle
         self._warmed: set[str] = set()  # uris warmed by an idle prefill since their last request
+        self._fill: Snapshot | None = None  # the document whose prefix KV idle work fills (the last aim)
 
     # -- on the event loop -----------------------------------------------------------------
     def aim(self, uri: str, position: types.Position) -> None:
@@ -66,7 +70,7 @@ class IdleWork:
         snap = self.documents.snapshot(uri, position)
         if snap is None:
             return
-        self._aim = snap
+        self._aim = self._fill = snap
         self.schedule()
 
     def buffers_changed(self) -> None:
@@ -77,8 +81,11 @@ class IdleWork:
     def request_made(self) -> None:
         """A request came: an aim made before it is where the user was, and the request prefills
         where the user is. Left in place, idle work after the answer would warm that older place
-        into the document's cache and end the answer's paused generation."""
+        into the document's cache and end the answer's paused generation. Filling a file's prefix KV
+        goes on after the answer."""
         self._aim = None
+        if self._fill is not None:
+            self.schedule()
 
     def continue_later(self, uri: str) -> None:
         """The suggestion answered for `uri` paused at its deadline: finish it while idle."""
@@ -137,7 +144,22 @@ class IdleWork:
         self._continue_uri = None
         if aim is not None and self._settings().idle_prefill and self._warm(aim, cancel):
             self._ahead(aim, cancel)
+        if not cancel.is_set() and self._settings().idle_prefill and self._settings().whole_file:
+            self._fill_file(cancel)
         self.index(cancel)
+
+    def _fill_file(self, cancel: threading.Event) -> None:
+        """Fill the prefix KV of the document last aimed at, from its top, until done or a request comes."""
+        snap, completer = self._fill, self.loader.completer
+        file = self.documents.file(snap.uri) if snap is not None else None
+        doc = self.documents.document(snap.uri) if snap is not None else None
+        if file is None or doc is None or doc.version != snap.version:
+            return  # closed, or changed since: a newer aim follows
+        st = completer.fill(model_text(snap.text), snap.line, name=buffer_name(snap.uri), file=file, cancel=cancel,
+                            chunk=self.IDLE_CHUNK, ctx=RequestContext(snap.uri, True, cancel))
+        if st is not None:
+            self.counters.file_fills += 1
+            self.counters.file_fill_tokens += st.prefill_tokens
 
     def _fits(self, snap: Snapshot) -> bool:
         """Whether the suggestion being finished at `snap.uri` still fits the document there."""

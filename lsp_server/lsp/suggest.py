@@ -118,6 +118,7 @@ class CompletionService:
                 c.idle_hits += 1
             if sug.typethrough:
                 return sug  # the trace of the completion on screen stays the one to show
+            c.whole_file += int(sug.prompt.whole)
             trace = self._trace(snap, sug, completer)
             # Where a request's time went besides the Completer (docs/perf/README.md): waiting for the
             # worker (idle work finishing its pass, an older request) and the rest of the job.
@@ -195,6 +196,8 @@ class CompletionService:
             "stats": s.as_dict(),
             "latency_ms": round(sug.latency_ms, 1),
             "ahead": sug.ahead,  # generated while idle before the request (its stats are that generation's)
+            "prompt_tokens": len(sug.prompt.ids),  # what the model saw (its stats say what it processed)
+            "whole_file": sug.prompt.whole,  # the whole file above the place (lsp_server/completion/wholefile.py)
             "rounds": legacy_rounds(data["rounds"], lm.decode),
             "trace": data,
         }

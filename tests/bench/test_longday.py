@@ -13,7 +13,9 @@ def test_a_short_day_leaves_nothing_behind():
     assert out["opened"] == 10  # every buffer was opened at some point, some of them twice
     after = out["after_closing_all"]
     assert after["open_documents"] == 0
-    assert after["kv_cache"] == {"keys": 0, "tokens": 0}  # closing a document releases its KV cache
+    kv = after["kv_cache"]
+    assert (kv["keys"], kv["tokens"]) == (0, 0)  # closing a document releases its KV cache
+    assert (kv["file_prefix"]["files"], kv["file_prefix"]["tokens"]) == (0, 0)  # and its file's prefix KV
     assert after["index"]["buffers"] == 0 and after["index"]["bytes"] == 0
     assert after["protocol_futures"] == 0  # pygls kept one per didChange (lsp_server/lsp/protocol.py)
     assert out["kv_cache_keys_max"] <= 5 and out["index_buffers_max"] <= 5

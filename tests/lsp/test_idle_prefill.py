@@ -184,3 +184,57 @@ async def test_while_idle_the_suggestion_where_the_user_is_is_generated_and_answ
     again = shown(await asyncio.wait_for(inline(client, uri, line, 4), TIMEOUT))
     assert (await trace(client, uri))["ahead"] is False  # shown once: asked again, it is generated anew
     assert first == again and first
+
+
+async def test_while_idle_the_file_is_filled_and_a_request_gets_the_whole_file_above(client: LanguageClient):
+    """Issue 40: idle work fills the document's prefix KV from its top (lsp_server/completion/wholefile.py);
+    a request then holds every line above its place and prefills only what is new."""
+    uri = "file:///tmp/ditto-idle/whole.py"
+    text = "".join(LINES[:40]) + "\n"
+    client.workspace_did_change_configuration(types.DidChangeConfigurationParams(settings={**FAST, "wholeFile": True}))
+    try:
+        await _whole_file_above(client, uri, text)
+    finally:  # (a configuration change keeps what it does not name)
+        client.workspace_did_change_configuration(types.DidChangeConfigurationParams(settings={**FAST, "wholeFile": False}))
+
+
+async def _whole_file_above(client: LanguageClient, uri: str, text: str) -> None:
+    before = (await stats(client))["whole_file"]["fill_tokens"]
+    open_doc(client, uri, text)
+    line = 60
+    move_cursor(client, uri, line, 4)
+    for _ in range(int(TIMEOUT / 0.05)):
+        s = await stats(client)
+        if s["whole_file"]["fill_tokens"] - before >= 600 and not s["worker_busy"] and not s["worker_idle_work"]:
+            break
+        await asyncio.sleep(0.05)
+    assert s["whole_file"]["fill_tokens"] - before >= 600 and s["kv_cache"]["file_prefix"]["tokens"] >= 600, s
+    # A character typed there: idle work aimed at the new place (its suggestion made ahead, if any, from this prompt).
+    client.text_document_did_change(types.DidChangeTextDocumentParams(
+        text_document=types.VersionedTextDocumentIdentifier(uri=uri, version=2),
+        content_changes=[types.TextDocumentContentChangePartial(
+            range=types.Range(start=types.Position(line=line, character=4), end=types.Position(line=line, character=4)),
+            text="r")]))
+    await asyncio.wait_for(inline(client, uri, line, 5), TIMEOUT)
+    t = await trace(client, uri)
+    assert t["whole_file"] is True, t
+    assert t["stats"]["prefill_tokens"] < t["prompt_tokens"] // 2, t
+    assert (await stats(client))["whole_file"]["requests"] >= 1
+
+
+async def test_with_whole_file_off_the_default_idle_work_fills_no_file_prefix(client: LanguageClient):
+    """`whole_file` is off by default (lsp_server/settings.py): idle work warms the place and generates
+    ahead as before, and no file's prefix KV is filled behind it (requests never wait for such a chunk)."""
+    uri = "file:///tmp/ditto-idle/nofill.py"
+    before, fills = (await stats(client))["idle_prefill"], (await stats(client))["whole_file"]["fill_tokens"]
+    open_doc(client, uri, "".join(LINES[:40]) + "\n")
+    move_cursor(client, uri, 60, 4)
+    for _ in range(int(TIMEOUT / 0.05)):
+        s = await stats(client)
+        if s["idle_prefill"]["ahead"] > before["ahead"] and not s["worker_busy"] and not s["worker_idle_work"]:
+            break
+        await asyncio.sleep(0.05)
+    else:
+        raise AssertionError(f"idle work did not generate ahead within {TIMEOUT} s: {s}")
+    assert s["idle_prefill"]["tokens"] > before["tokens"]  # the place was warmed ...
+    assert s["whole_file"]["fill_tokens"] == fills, s  # ... and no file prefix filled

@@ -57,6 +57,7 @@ CHANGED = {
     "multiline": (["--single-line"], False),
     "adaptive": (["--no-adaptive"], False),
     "idle_prefill": (["--no-idle-prefill"], False),
+    "whole_file": (["--whole-file"], True),
     "first_answer_s": (["--first-answer", "none"], None),
     "load_wait_s": (["--load-wait", "30"], 30.0),
     "index_memory_mb": (["--index-memory-mb", "16"], 16),

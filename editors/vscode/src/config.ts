@@ -31,6 +31,7 @@ export interface DittoSettings {
   draftModel: string;
   adaptive: boolean;
   idlePrefill: boolean;
+  wholeFile: boolean;
   device: string;
   dtype: string;
   backend: string;
@@ -65,6 +66,7 @@ export const DEFAULTS: DittoSettings = {
   draftModel: "qwen2.5-coder-0.5b",
   adaptive: true,
   idlePrefill: true,
+  wholeFile: false,
   device: "auto",
   dtype: "auto",
   backend: "auto",
@@ -92,6 +94,7 @@ export const SERVER_KEYS = [
   "draftModel",
   "adaptive",
   "idlePrefill",
+  "wholeFile",
   "device",
   "dtype",
   "backend",
@@ -153,6 +156,7 @@ export function readSettings(get: Getter): DittoSettings {
     draftModel: str(get("draftModel"), DEFAULTS.draftModel),
     adaptive: bool(get("adaptive"), DEFAULTS.adaptive),
     idlePrefill: bool(get("idlePrefill"), DEFAULTS.idlePrefill),
+    wholeFile: bool(get("wholeFile"), DEFAULTS.wholeFile),
     device: str(get("device"), DEFAULTS.device),
     dtype: str(get("dtype"), DEFAULTS.dtype),
     backend: str(get("backend"), DEFAULTS.backend),

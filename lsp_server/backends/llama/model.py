@@ -188,6 +188,25 @@ class LlamaModel(TensorBackend):
         eos = [int(L.llama_vocab_eos(self._vocab)), int(L.llama_vocab_eot(self._vocab))]
         self.stop_ids = stop_token_ids(named, [t for t in eos if t >= 0], self.fim)
         self.dtype = file_type(L, self._model)
+        self.max_sequence = self.slot_tokens
+        self.kv_bytes_per_token = self._kv_bytes()
+
+    def _kv_bytes(self) -> int:
+        """Bytes of K and V (f16) one token takes, from the GGUF's dimensions; 0 when they are not there."""
+        def meta(key: str) -> int:
+            buf = ctypes.create_string_buffer(128)
+            n = self._L.llama_model_meta_val_str(self._model, key.encode(), buf, 128)
+            try:
+                return int(buf.value) if n > 0 else 0
+            except ValueError:
+                return 0
+        buf = ctypes.create_string_buffer(64)
+        self._L.llama_model_meta_val_str(self._model, b"general.architecture", buf, 64)
+        arch = buf.value.decode("utf-8", "replace")
+        layers, embd = meta(f"{arch}.block_count"), meta(f"{arch}.embedding_length")
+        heads = meta(f"{arch}.attention.head_count")
+        kv_heads = meta(f"{arch}.attention.head_count_kv") or heads
+        return 2 * 2 * layers * kv_heads * (embd // heads) if heads else 0
 
     def close(self) -> None:
         """Free the context and the weights now (otherwise when the last reference goes)."""
@@ -332,6 +351,25 @@ class LlamaModel(TensorBackend):
             elif keep == 0:
                 cache.saved = None
             # else: swapped out; the rest is dropped when it is copied back (_resident)
+
+    def clone(self, cache: LlamaCache, keep: int) -> LlamaCache:
+        """A new cache holding the first `keep` tokens of `cache`: its sequence's state bytes (copied out
+        of its slot, or its swapped-out copy), set into a slot of its own when first run (`_resident`)."""
+        with self._lock:
+            out = LlamaCache()
+            keep = max(0, min(int(keep), cache.n))
+            if keep == 0:
+                return out
+            data = cache.saved
+            if cache.slot is not None:
+                L = self._L
+                size = int(L.llama_state_seq_get_size(self._ctx, cache.slot))
+                data = (ctypes.c_uint8 * size)()
+                if not int(L.llama_state_seq_get_data(self._ctx, data, size, cache.slot)):
+                    raise RuntimeError(f"llama.cpp could not copy the sequence of slot {cache.slot}")
+            out.saved, out.n, out.aligned, out.tail = data, keep, cache.aligned, cache.tail
+            self.cropped(out, keep)
+            return out
 
     def release(self, cache: LlamaCache) -> None:
         with self._lock:

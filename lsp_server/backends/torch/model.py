@@ -29,14 +29,14 @@ Also here: `small_batch_matmul` (verify passes over 2-4 tokens through (W @ x.T)
 the CPU; DITTO_SMALL_BATCH_MATMUL=0 turns it off), `hf_generate`, transformers' own
 `generate` on the same prompt, which the benchmark compares against, and `random_model`
 (an architecture with random weights, for the GPU check, ditto_bench/gpucheck.py).
-Left out on purpose: decoding (engine.py), prompts (context.py).
+The fixed-shape path's cache is in static.py. Left out on purpose: decoding (engine.py), prompts (context.py).
 """
 
 from __future__ import annotations
 
+import copy
 import inspect
 import logging
-from dataclasses import dataclass
 from typing import Sequence
 
 import torch
@@ -49,6 +49,7 @@ from lsp_server.backends.base import (
     stop_token_ids,
 )
 from lsp_server.backends.torch import tree as trees
+from lsp_server.backends.torch.static import StaticKV, Graph
 from lsp_server.backends.torch.tokens import hf_token_bytes
 from lsp_server.backends.torch.options import (
     TIE_MARGIN,
@@ -61,70 +62,6 @@ from lsp_server.backends.torch.options import (
 )
 
 log = logging.getLogger(__name__)
-
-
-class StaticKV:
-    """A KV cache in preallocated buffers indexed by position (gpt-fast style).
-
-    keys[l], values[l]: [1, kv_heads, capacity, head_dim]. Slot j holds token j; `length`
-    tokens are valid. A pass writes its rows at slots `write_pos` (set by the backend before
-    the pass) and attends over the whole buffer under a mask that lets row i see slots up
-    to its own position, so stale slots past `length` are never read before a later pass
-    overwrites them: cropping is `length = keep`, nothing moves. Buffers keep their
-    addresses (CUDA graphs captured over them stay valid) until `grow` replaces them.
-    """
-
-    def __init__(self, layers: int, kv_heads: int, head_dim: int, capacity: int, dtype: torch.dtype,
-                 device: torch.device):
-        self.shape = (layers, kv_heads, head_dim)
-        self.dtype, self.device = dtype, device
-        self.length = 0
-        self.write_pos: torch.Tensor | None = None
-        self.graphs: dict[int, "_Graph"] = {}  # pass rows -> graph captured over these buffers
-        self._alloc(capacity)
-
-    def _alloc(self, capacity: int) -> None:
-        layers, kv_heads, head_dim = self.shape
-        self.capacity = capacity
-        # Zeros, not empty: a masked slot's value is multiplied by an exact 0 and must be finite.
-        # One buffer for all layers (keys[l] is a view), so keeping a tree's path moves every layer at once.
-        self.buffers = torch.zeros(2, layers, 1, kv_heads, capacity, head_dim, dtype=self.dtype, device=self.device)
-        self.keys, self.values = list(self.buffers[0]), list(self.buffers[1])
-        self.slots = torch.arange(capacity, device=self.device)
-
-    def grow(self, capacity: int) -> None:
-        """Room for `capacity` tokens: new buffers (what is held is copied), so captured graphs are dropped."""
-        if capacity <= self.capacity:
-            return
-        old = self.buffers
-        self._alloc(capacity)
-        self.buffers[..., : old.shape[-2], :].copy_(old)
-        self.graphs.clear()
-
-    # -- what the transformers attention layers call -------------------------------------
-    def update(self, key_states: torch.Tensor, value_states: torch.Tensor, layer_idx: int, *args, **kwargs):
-        k, v = self.keys[layer_idx], self.values[layer_idx]
-        k.index_copy_(2, self.write_pos, key_states.to(k.dtype))
-        v.index_copy_(2, self.write_pos, value_states.to(v.dtype))
-        return k, v
-
-    def get_seq_length(self, layer_idx: int = 0) -> int:
-        return self.length
-
-    def crop(self, keep: int) -> None:
-        self.length = min(self.length, max(0, keep))
-
-
-@dataclass
-class _Graph:
-    """One captured pass shape over one StaticKV's buffers: fill `ids` and `start`, replay, read `out`."""
-
-    graph: object
-    ids: torch.Tensor  # [1, rows] token ids
-    start: torch.Tensor  # [1] position of row 0
-    out: torch.Tensor  # [rows, vocab] float32 logits
-    depth: torch.Tensor  # [rows] position of each row after `start` (a tree pass: its depth; tree.py)
-    anc: torch.Tensor  # [rows, rows] which rows each row sees
 
 
 class TorchModel(TensorBackend):
@@ -179,6 +116,13 @@ class TorchModel(TensorBackend):
         self.vocab_size = int(vocab_size or module.get_output_embeddings().weight.shape[0])
         self.load_seconds = 0.0
         self._token_bytes: list[bytes] | None = None
+        cfg = module.config
+        heads = getattr(cfg, "num_attention_heads", 0) or 0
+        head_dim = getattr(cfg, "head_dim", None) or (cfg.hidden_size // heads if heads else 0)
+        kv_heads = getattr(cfg, "num_key_value_heads", None) or heads
+        self.kv_bytes_per_token = 2 * (getattr(cfg, "num_hidden_layers", 0) or 0) * kv_heads * head_dim * \
+            torch.finfo(dtype).bits // 8 if dtype.is_floating_point else 0
+        self.max_sequence = getattr(cfg, "max_position_embeddings", None)
         params = inspect.signature(module.forward).parameters
         self._cache_kw = "cache" if "cache" in params else "past_key_values"
 
@@ -389,6 +333,22 @@ class TorchModel(TensorBackend):
                 cache.crop(-drop)
         self.cropped(cache, min(keep, cache.get_seq_length()))
 
+    def clone(self, cache, keep: int):
+        """A new cache holding the first `keep` tokens of `cache` (its tensors copied)."""
+        keep = max(0, min(int(keep), cache.get_seq_length()))
+        out = self.new_cache()
+        if keep:
+            if isinstance(cache, StaticKV):
+                out.grow(cache.capacity)
+                for new, old in zip(out.keys + out.values, cache.keys + cache.values):
+                    new[:, :, :keep].copy_(old[:, :, :keep])
+                out.length = keep
+            else:
+                out = copy.deepcopy(cache)
+        out.aligned, out.tail = getattr(cache, "aligned", 0), getattr(cache, "tail", 0)
+        self.crop(out, keep)
+        return out
+
     def release(self, cache) -> None:
         # A DynamicCache is plain tensors: garbage collection frees it. A static cache goes
         # back to the pool with its graphs (capturing again would cost more than the buffers).
@@ -456,7 +416,7 @@ class TorchModel(TensorBackend):
             chains[rows] = trees.chain_layout(rows, self.device)
         return chains[rows]
 
-    def _capture(self, cache: StaticKV, ids: list[int]) -> _Graph:
+    def _capture(self, cache: StaticKV, ids: list[int]) -> Graph:
         """Capture one pass shape over `cache`'s buffers (CUDA only). The warm-up passes run
         the real inputs at the real slots, which the replay then writes again identically;
         every result comes from the replay, never from the eager warm-up."""
@@ -477,7 +437,7 @@ class TorchModel(TensorBackend):
         graph = torch.cuda.CUDAGraph()
         with torch.cuda.graph(graph, pool=self._graph_pool):
             out = self._static_step(cache, static_ids, start, 0, (depth, anc)).float()
-        g = _Graph(graph, static_ids, start, out, depth, anc)
+        g = Graph(graph, static_ids, start, out, depth, anc)
         cache.graphs[rows] = g
         log.debug("captured a CUDA graph over %d rows", rows)
         return g

@@ -30,6 +30,7 @@ test("settings become flat camelCase initializationOptions, client-only keys lef
     draftModel: "qwen2.5-coder-0.5b",
     adaptive: true,
     idlePrefill: true,
+    wholeFile: false,
     device: "auto",
     dtype: "auto",
     backend: "auto",
