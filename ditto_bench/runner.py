@@ -167,6 +167,7 @@ class Bench:
         """
         from ditto_bench.session import events
 
+        refs: dict[int, object] = {}  # off's suggestion per request, for the oracle (the n-th request of each)
         for s in systems:
             base = s.removesuffix("-noreuse")
             key = None if s.endswith("-noreuse") else f"doc:{session.path}"
@@ -174,7 +175,7 @@ class Bench:
             self.completer.engine.clear_cache()
             prev = None  # the previous prompt of this system in this session
             try:
-                for ev in events(session, max_keystrokes):
+                for n, ev in enumerate(events(session, max_keystrokes)):
                     task = ev.task
                     idle_tokens, idle_ms = 0, 0.0
                     if idle_prefill and key is not None and ev.kind == "move":
@@ -183,9 +184,14 @@ class Bench:
                         idle_tokens, idle_ms = warm.prefill_tokens, warm.prefill_ms
                     self.open(session.path, ev.text, session.buffers)
                     self._index(s)
+                    # The oracle drafts off's tokens of the same request (its prompt checked: OracleDrafter).
+                    ref = refs.get(n) if base == "oracle" else None
                     run, sug = run_ditto(self.completer, _with_buffers(task, session.buffers), base, self.options, key,
-                                         text=ev.text, line=ev.line, col=ev.col, drafters=self.drafters, name=s)
+                                         text=ev.text, line=ev.line, col=ev.col, drafters=self.drafters, name=s,
+                                         reference=ref)
                     typethrough = bool(getattr(sug, "typethrough", False))
+                    if s == "off":
+                        refs[n] = sug
                     rec = {"session": session.id, "task": task.id, "system": s, "event": ev.kind,
                            "keystroke": ev.keystroke, "line": ev.line, "copyable": task.copyable,
                            "tts_ms": round(run.latency_ms, 2), "typethrough": typethrough,

@@ -81,6 +81,11 @@ def parse_systems(spec: str, mode: str) -> list[str]:
         for n in names:
             if mode == "session" and replay_system(n) is not None:
                 continue
+            if mode == "session" and n == "oracle":
+                if "off" not in names[: names.index(n)]:
+                    raise ValueError("session-mode oracle needs off before it (--systems off,...,oracle): "
+                                     "it drafts off's tokens of the same request")
+                continue
             if n.removesuffix("-noreuse") not in KEYSTROKE_BASE:
                 raise ValueError(f"unknown {mode}-mode system {n!r}: use off, ngram, each optionally with -noreuse"
                                  + ("; or ditto, ditto-nodraft, ditto-whole (optionally @N: a context budget of N tokens), "
@@ -175,13 +180,15 @@ class OracleDrafter:
 
     name = "oracle"
 
-    def __init__(self, prompt_len: int, target: Sequence[int]):
+    def __init__(self, prompt_len: int, target: Sequence[int], prompt: Sequence[int] | None = None):
         self.prompt_len = prompt_len
         self.target = list(target)
+        self.prompt = None if prompt is None else list(prompt)  # given: propose only after this very prompt
 
     def propose(self, context: Sequence[int], k: int) -> Proposal:
         done = list(context[self.prompt_len :])
-        if k <= 0 or done != self.target[: len(done)]:
+        if k <= 0 or done != self.target[: len(done)] or (
+                self.prompt is not None and list(context[: self.prompt_len]) != self.prompt):
             return Proposal([], source="oracle", match_len=0)
         # Paid: the ceiling verifies every draft it has (no adaptive trimming).
         return Proposal(self.target[len(done) : len(done) + k], source="oracle", match_len=len(done), paid=True)
@@ -258,7 +265,7 @@ def run_ditto(completer, task, system: str, options, cache_key: str | None, refe
         if reference is None:
             raise ValueError("oracle needs off's completion of the same task")
         prompt_len = len(reference.prompt.ids)
-        drafter = OracleDrafter(prompt_len, generated_ids(reference.completion))
+        drafter = OracleDrafter(prompt_len, generated_ids(reference.completion), reference.prompt.ids)
         sug = _complete_with(completer, drafter, task, text, line, col, options, cache_key)
     elif base.startswith("ngram"):
         k = fixed_k(base)

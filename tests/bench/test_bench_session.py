@@ -218,3 +218,27 @@ def test_same_suggestion_rate_leaves_out_tokens_past_the_stop_rule():
     s = metrics.summarise_session(rs)
     assert (s["ngram"]["same_suggestion_as_off_rate"], s["ngram"]["same_suggestion_as_off_compared"]) == (round(2 / 3, 4), 3)
     assert s["ngram"]["identical_to_off_rate"] == round(1 / 3, 4)  # exact token lists: the stricter count
+
+
+def test_session_oracle_drafts_offs_tokens_of_each_request(repo, lm):
+    """Session mode's oracle (issue 42: the ceiling beside the default drafter) drafts what off generated
+    at the same request: every request the model answered gives off's tokens in fewer passes."""
+    from ditto_bench.runner import Bench
+    from ditto_bench.systems import parse_systems
+    from lsp_server.completion.completer import Completer
+    from lsp_server.decoding.types import DecodeOptions
+
+    with pytest.raises(ValueError, match="needs off before it"):
+        parse_systems("oracle,off", "session")
+    assert parse_systems("off,ngram,oracle", "session") == ["off", "ngram", "oracle"]
+    (s,) = sessions_of(repo)
+    bench = Bench(lm, Completer(lm), DecodeOptions(max_new_tokens=8))
+    recs = list(bench.session(s, ["off", "oracle"], max_keystrokes=3))
+    off = [r for r in recs if r["system"] == "off"]
+    oracle = [r for r in recs if r["system"] == "oracle"]
+    assert len(off) == len(oracle) > 3
+    model = [(a, b) for a, b in zip(off, oracle) if not a["typethrough"]]
+    # The same suggestion: a pass accepting several tokens may run past where the stop rules cut (never shown).
+    assert model and all(a["text"] == b["text"] and b["tokens"][: len(a["tokens"])] == a["tokens"] for a, b in model)
+    assert sum(b["target_passes"] for _, b in model) < sum(a["target_passes"] for a, _ in model)
+    assert sum(b["accepted"] for _, b in model) > 0
