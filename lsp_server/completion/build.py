@@ -25,6 +25,8 @@ import torch
 from lsp_server.backends.loader import load
 from lsp_server.backends.packaged import cache_dir
 from lsp_server.completion.completer import Completer, CompleterSettings
+from lsp_server.completion.fitting import (  # noqa: F401  (re-exported: the budget's rule lives there)
+    BUDGET_STEPS, COLD_GOAL_MS, COLD_SHARE, FIRST_LINE_TOKENS, fitting_budget)
 from lsp_server.decoding.engine import Engine
 
 
@@ -51,7 +53,7 @@ def build_completer(lm, settings: CompleterSettings | None = None, *, engine: En
         completer.engine.use_costs(completer.pass_costs)
     if completer.engine is not None and completer.settings.budget is None:
         costs = prompt_costs(lm, fresh=calibration == "fresh")
-        completer.fit_budget(fitting_budget(costs["prefill_ms_per_token"], costs["decode_ms"]), costs)
+        completer.fit.fit(costs)
     if completer.generator.constrains:
         completer.vocab_bytes()  # token healing's table (152k tokens: ~1 s), now rather than in the first request
     for name, text in buffers:
@@ -72,14 +74,14 @@ def calibrate(engine: Engine, lm, fresh: bool = False, n_max: int = 9) -> dict[i
         costs = {int(n): float(ms) for n, ms in v.items()}
         return costs if len(costs) >= 2 else None
 
-    costs = _stored(lm, "", fresh, lambda: engine.calibrate(n_max=n_max), read, lambda c: {str(n): round(ms, 3)
-                                                                                      for n, ms in c.items()})
+    costs = read(_stored(lm, "", fresh, lambda: engine.calibrate(n_max=n_max), read,
+                         lambda c, old: {str(n): round(ms, 3) for n, ms in c.items()}))
     if not fresh:
         engine.use_costs(costs)
     return costs
 
 
-def _stored(lm, kind: str, fresh: bool, measure, read, write=lambda v: v):
+def _stored(lm, kind: str, fresh: bool, measure, read, write=lambda v, old: v):
     """A measurement of this model on this machine, from calibration.json in the cache directory
     (unless `fresh`), else measured and stored there. `kind` names it ("" = the pass costs)."""
     path = cache_dir() / "calibration.json"
@@ -98,8 +100,8 @@ def _stored(lm, kind: str, fresh: bool, measure, read, write=lambda v: v):
             value = None
         if value is not None:
             return value
-    value = measure()
-    stored[key] = write(value)
+    value = write(measure(), stored.get(key))  # what is stored (`write` may merge it with the old entry)
+    stored[key] = value
     try:
         path.parent.mkdir(parents=True, exist_ok=True)
         tmp = path.with_suffix(".tmp")
@@ -108,30 +110,6 @@ def _stored(lm, kind: str, fresh: bool, measure, read, write=lambda v: v):
     except OSError:
         pass  # a read-only cache only costs the next run a measurement
     return value
-
-
-# The prompt budget that fits this machine (`context_tokens` 0, the default). A place not visited yet
-# costs the part of its prompt that is not cached (the file's head is: about 45% of the budget is
-# processed there, 111 of 256, 172 of 384 and 214 of 512 tokens at p50 in the replays of
-# docs/perf/README.md) plus its first line (about 6 tokens). The budget is the largest step of
-# BUDGET_STEPS whose place not visited yet is predicted to be answered within COLD_GOAL_MS, 85% of
-# the 3 s goal of time to a suggestion there; never less than ContextBudget.DEFAULT_TOTAL. On one
-# core of the development machine (12.5 ms a prompt token, 26 ms a generated one) that is 384; on a
-# GPU, 2048. A bigger prompt is more often right: on pypa/packaging 10/39 first lines at 256, 14/39
-# at 384, 16/39 at 512 (docs/perf/README.md, 2026-12-04, fifth stop).
-BUDGET_STEPS = (256, 384, 512, 768, 1024, 1536, 2048)
-COLD_GOAL_MS = 2550.0
-COLD_SHARE = 0.45  # of the budget processed at a place not visited yet
-FIRST_LINE_TOKENS = 6
-
-
-def fitting_budget(prefill_ms_per_token: float, decode_ms: float) -> int:
-    """The largest of BUDGET_STEPS whose predicted time at a place not visited yet is within COLD_GOAL_MS."""
-    best = BUDGET_STEPS[0]
-    for total in BUDGET_STEPS:
-        if COLD_SHARE * total * prefill_ms_per_token + FIRST_LINE_TOKENS * decode_ms <= COLD_GOAL_MS:
-            best = total
-    return best
 
 
 def measure_prompt_costs(lm, tokens: int = 64, reps: int = 2) -> dict[str, float]:
@@ -153,9 +131,21 @@ def measure_prompt_costs(lm, tokens: int = 64, reps: int = 2) -> dict[str, float
     return {"prefill_ms_per_token": round(prefill, 3), "decode_ms": round(decode, 3)}
 
 
+PROMPT_COSTS_KEPT = 8  # the server's measurements at load kept per model and machine; the budget fits the best
+
+
 def prompt_costs(lm, fresh: bool = False) -> dict[str, float]:
     """`measure_prompt_costs`, stored beside the pass costs (calibration.json) like them: the server
-    measures afresh at every load (fresh=True), a one-shot command reuses what was stored."""
-    return _stored(lm, "prompt", fresh, lambda: measure_prompt_costs(lm),
-                   lambda v: {k: float(x) for k, x in v.items()} if {"prefill_ms_per_token", "decode_ms"} <= set(v)
-                   else None)
+    measures afresh at every load (fresh=True), a one-shot command reuses what was stored. What is
+    stored and returned is the best (lowest) of the last PROMPT_COSTS_KEPT measurements, so that one
+    load on a busy machine does not keep the budget small (lsp_server/completion/fitting.py)."""
+    keys = ("prefill_ms_per_token", "decode_ms")
+
+    def best_of(value: dict, old) -> dict:
+        recent = [r for r in ((old or {}).get("recent") or []) if isinstance(r, dict) and set(keys) <= set(r)]
+        recent = [*recent[-(PROMPT_COSTS_KEPT - 1):], value]
+        return {**{k: min(float(r[k]) for r in recent) for k in keys}, "recent": recent}
+
+    costs = _stored(lm, "prompt", fresh, lambda: measure_prompt_costs(lm),
+                    lambda v: {k: float(v[k]) for k in keys} if set(keys) <= set(v) else None, best_of)
+    return {k: float(costs[k]) for k in keys}

@@ -33,6 +33,7 @@ from lsp_server.backends.base import GeneratingModel, Generator
 from lsp_server.completion.buffers import HISTORY, OpenBuffers  # noqa: F401  (HISTORY: the source's name)
 from lsp_server.completion.context import ContextBudget, Prompt, Window, build_prompt, split_at
 from lsp_server.completion.files import FileState, FileStates
+from lsp_server.completion.fitting import Fit
 from lsp_server.completion.local import EngineGenerator
 from lsp_server.completion.place import Place, Suggestion
 from lsp_server.completion.wholefile import WholeFile, next_fill, whole_prompt
@@ -91,8 +92,7 @@ class Completer:
         self._drafters: dict[tuple[str, str], object] = {}  # (drafter name, draft-model spec) -> drafter, built once
         self._drafting = (self.settings.drafter, DecodeOptions())  # the last request's drafter and options
         # The budget fitted to this machine (settings.budget None) and what it was fitted to (build.py).
-        self.fitted_tokens = ContextBudget.DEFAULT_TOTAL
-        self.fitted_to: dict[str, float] | None = None
+        self.fit = Fit(ContextBudget.DEFAULT_TOTAL)  # the budget fitted to this machine (fitting.py)
 
     @property
     def budget(self) -> ContextBudget:
@@ -101,20 +101,14 @@ class Completer:
 
     def budget_for(self, settings: CompleterSettings) -> ContextBudget:
         """The prompt budget of `settings`: their own, or the one fitted to this machine."""
-        return settings.budget or ContextBudget.scaled(self.fitted_tokens, settings.snippets)
+        return settings.budget or ContextBudget.scaled(self.fit.tokens, settings.snippets)
 
     def budget_report(self, settings: CompleterSettings | None = None) -> dict:
         """What `ditto/stats` and `complete --json` say of the budget of `settings` (default: the
         Completer's own): its size, and the costs it was fitted to (None when the settings gave it)."""
         s = settings or self.settings
         return {"context_tokens": self.budget_for(s).total,
-                "context_fitted_to": self.fitted_to if s.budget is None else None}
-
-    def fit_budget(self, tokens: int, costs: dict[str, float] | None = None) -> None:
-        """Use a prompt budget of `tokens` where the settings leave it to this machine (build.py
-        `fitting_budget` chose it from `costs`, reported by `ditto/stats`)."""
-        self.fitted_tokens = tokens
-        self.fitted_to = dict(costs) if costs else None
+                "context_fitted_to": self.fit.costs if s.budget is None else None}
 
     # -- other open buffers -------------------------------------------------------------
     def set_buffer(self, name: str, text: str) -> None:
@@ -346,6 +340,8 @@ class Completer:
                 cache_key=cache_key, constraint=Healing(self.vocab_bytes(), heal.encode("utf-8")) if constraint else None,
             ).completion
         place.update(gen.text, gen.completion)
+        if s.budget is None:  # a prefill on a quieter machine than at load fits the budget again
+            self.fit.observe(gen.completion.stats.prefill_tokens, gen.completion.stats.prefill_ms)
         sug = place.answer(0, (time.perf_counter() - t0) * 1000, notice=gen.notice)
         if state is not None:
             place.ahead = hold is not None

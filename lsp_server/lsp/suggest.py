@@ -57,7 +57,7 @@ class CompletionService:
         loaded model's fitted one (the largest step, 2048, before a model is loaded: a window too wide
         costs a little text, not prompt tokens)."""
         s, completer = self.settings, self.loader.completer
-        tokens = s.context_tokens or (completer.fitted_tokens if completer is not None else 2048)
+        tokens = s.context_tokens or (completer.fit.tokens if completer is not None else 2048)
         return ContextBudget.scaled(tokens, s.snippets)
 
     # -- the documents' life (event loop) ------------------------------------------------------

@@ -43,8 +43,8 @@ def test_build_measures_the_costs_and_the_completer_prompts_with_the_fitted_budg
     assert costs["prefill_ms_per_token"] > 0 and costs["decode_ms"] > 0
     monkeypatch.setattr(build, "measure_prompt_costs", lambda lm: {"prefill_ms_per_token": 12.5, "decode_ms": 26.0})
     c = build_completer(lm, CompleterSettings(budget=None), calibration="fresh")
-    assert c.fitted_tokens == 384 and c.budget == ContextBudget.scaled(384)
-    assert c.fitted_to == {"prefill_ms_per_token": 12.5, "decode_ms": 26.0}
+    assert c.fit.tokens == 384 and c.budget == ContextBudget.scaled(384)
+    assert c.fit.costs == {"prefill_ms_per_token": 12.5, "decode_ms": 26.0}
     doc = "".join(f"value_{i} = compute({i}, 'x' * {i})\n" for i in range(200)) + "result = val"
     ids = c.prompt_for(doc, 200, 12).ids
     small = build_completer(lm, CompleterSettings(budget=ContextBudget.scaled(256)), calibration=None)
@@ -53,7 +53,58 @@ def test_build_measures_the_costs_and_the_completer_prompts_with_the_fitted_budg
     stored = json.loads((tmp_path / "calibration.json").read_text())
     assert any(k.endswith("|prompt") for k in stored)
     monkeypatch.setattr(build, "measure_prompt_costs", lambda lm: pytest.fail("measured again"))
-    assert build_completer(lm, CompleterSettings(budget=None), calibration="stored").fitted_tokens == 384
+    assert build_completer(lm, CompleterSettings(budget=None), calibration="stored").fit.tokens == 384
     # a budget the user set wins and nothing is fitted
     mine = build_completer(lm, CompleterSettings(budget=ContextBudget.scaled(320)), calibration=None)
-    assert mine.budget.total == 320 and mine.fitted_to is None
+    assert mine.budget.total == 320 and mine.fit.costs is None
+
+
+def test_the_budget_is_the_best_of_the_last_loads_not_of_the_busiest(tmp_path, monkeypatch):
+    """A load on a busy machine measures a prompt token dearer: the stored costs are the best of the
+    last PROMPT_COSTS_KEPT loads, so one busy load does not shrink the budget, and a lasting
+    slowdown is seen once the faster measurements have left the window."""
+    monkeypatch.setattr(build, "cache_dir", lambda: tmp_path)
+    lm = tiny_random()
+    measured = []
+
+    def fits(prefill: float) -> int:
+        measured.append(prefill)
+        monkeypatch.setattr(build, "measure_prompt_costs", lambda lm: {"prefill_ms_per_token": prefill, "decode_ms": 26.0})
+        return build_completer(lm, CompleterSettings(budget=None), calibration="fresh").fit.tokens
+
+    assert fits(12.5) == 384
+    assert fits(40.0) == 384  # busy at this load: the quiet load's costs still hold
+    assert build_completer(lm, CompleterSettings(budget=None), calibration="stored").fit.tokens == 384
+    for _ in range(build.PROMPT_COSTS_KEPT - 1):
+        fits(40.0)
+    assert fits(40.0) == 256  # slower for the last PROMPT_COSTS_KEPT loads: that is the machine now
+    stored = json.loads((tmp_path / "calibration.json").read_text())
+    (entry,) = [v for k, v in stored.items() if k.endswith("|prompt")]
+    assert len(entry["recent"]) == build.PROMPT_COSTS_KEPT
+
+
+def test_a_cheaper_prefill_in_a_request_fits_the_budget_again():
+    """Measured at load on a busy machine (40 ms a prompt token: 256), the budget grows once a
+    request's prefill of at least Fit.OBSERVE_MIN tokens shows the machine is faster; a short prefill
+    or a dearer one changes nothing, and a budget the user set is never refitted."""
+    from lsp_server.completion.completer import Completer
+    from lsp_server.completion.fitting import Fit
+    from lsp_server.decoding.types import DecodeOptions
+
+    fit = Fit(256)
+    fit.fit({"prefill_ms_per_token": 40.0, "decode_ms": 26.0})
+    assert fit.tokens == 256
+    assert not fit.observe(Fit.OBSERVE_MIN - 1, 1.0)  # too short to tell
+    assert not fit.observe(200, 200 * 45.0) and fit.costs["prefill_ms_per_token"] == 40.0  # dearer: kept
+    assert fit.observe(200, 200 * 12.5) and fit.tokens == 384 and fit.costs["prefill_ms_per_token"] == 12.5
+    lm = tiny_random()
+    doc = "".join(f"value_{i} = compute({i}, 'x' * {i})\n" for i in range(200)) + "result = val"
+    c = Completer(lm, settings=CompleterSettings(budget=None))
+    c.fit.fit({"prefill_ms_per_token": 40.0, "decode_ms": 26.0})
+    sug = c.complete(doc, 200, 12, options=DecodeOptions(max_new_tokens=2, draft_max=0))
+    assert sug.completion.stats.prefill_tokens >= Fit.OBSERVE_MIN
+    assert c.fit.tokens > 256 and c.fit.costs["prefill_ms_per_token"] < 40.0  # the tiny model is fast
+    mine = Completer(lm, settings=CompleterSettings(budget=ContextBudget.scaled(320)))
+    mine.fit.fit({"prefill_ms_per_token": 40.0, "decode_ms": 26.0})
+    mine.complete(doc, 200, 12, options=DecodeOptions(max_new_tokens=2, draft_max=0))
+    assert mine.fit.tokens == 256 and mine.budget.total == 320
