@@ -10,7 +10,8 @@ In order (after one slice of indexing, so that it goes on however often requests
    ends that generation (it could serve no request there) instead of leaving the pause idle.
    Then generate the suggestion there, up to its first complete line (`Completer.ahead`), and
    go on as with 1: a request there is answered from it, or resumes it where it stopped.
-3. with the `whole_file` setting on, fill the prefix KV of the document last aimed at (the whole file from its top, 32-token chunks:
+3. with the `whole_file` setting on, and once no request came for `FILL_AFTER_S`, fill the prefix
+   KV of the document last aimed at (the whole file from its top, 32-token chunks:
    lsp_server/completion/wholefile.py; docs/design.md, "The whole file above the cursor"), so that
    requests there get the whole file above their place for the cost of their suffix;
 4. index the open buffers for the drafter, a slice at a time (`index`; a request waits for at
@@ -25,6 +26,7 @@ itself to the engine's hooks as idle (`RequestContext(idle=True)`).
 from __future__ import annotations
 
 import threading
+import time
 from typing import Callable
 
 from lsprotocol import types
@@ -43,6 +45,10 @@ class IdleWork:
     # the place the user just left waited for it (about 0.5 s at 4 in 10 cold arrivals of the
     # replays, docs/perf/README.md 2026-12-04). A pause the user makes is far longer.
     IDLE_SETTLE_S = 0.05
+    # A file's prefix KV is filled only once the user has made no request for this long: while they
+    # type, a request that lands in a fill chunk waits for it (docs/design.md, "The whole file above
+    # the cursor"); a reading pause is longer than the gap between keystrokes and lines.
+    FILL_AFTER_S = 1.5
 
     def __init__(self, scheduler: Scheduler, documents: DocumentSession, loader: ModelLoader, counters: Counters,
                  settings: Callable[[], object]):
@@ -55,6 +61,7 @@ class IdleWork:
         self._continue_uri: str | None = None  # a suggestion answered at its deadline, to finish while idle
         self._warmed: set[str] = set()  # uris warmed by an idle prefill since their last request
         self._fill: Snapshot | None = None  # the document whose prefix KV idle work fills (the last aim)
+        self._last_request = float("-inf")  # when the last request came (time.monotonic)
 
     # -- on the event loop -----------------------------------------------------------------
     def aim(self, uri: str, position: types.Position) -> None:
@@ -84,6 +91,7 @@ class IdleWork:
         into the document's cache and end the answer's paused generation. Filling a file's prefix KV
         goes on after the answer."""
         self._aim = None
+        self._last_request = time.monotonic()
         if self._fill is not None:
             self.schedule()
 
@@ -144,9 +152,14 @@ class IdleWork:
         self._continue_uri = None
         if aim is not None and self._settings().idle_prefill and self._warm(aim, cancel):
             self._ahead(aim, cancel)
-        if not cancel.is_set() and self._settings().idle_prefill and self._settings().whole_file:
+        s = self._settings()
+        fill = not cancel.is_set() and s.idle_prefill and s.whole_file and self._fill is not None
+        wait = self.FILL_AFTER_S - (time.monotonic() - self._last_request)
+        if fill and wait <= 0:
             self._fill_file(cancel)
         self.index(cancel)
+        if fill and wait > 0 and not cancel.is_set():
+            self.scheduler.idle(self._work, after_s=wait)  # the fill, once the user has paused that long
 
     def _fill_file(self, cancel: threading.Event) -> None:
         """Fill the prefix KV of the document last aimed at, from its top, until done or a request comes."""
