@@ -40,7 +40,7 @@ import torch
 
 from ditto_bench.hf import QWEN25_CODER_05B, FirstTokenClock, hf_generate, random_model
 from drafters import NGramDrafter
-from drafters.base import Proposal
+from drafters.base import NoOwnSources, Proposal
 from lsp_server.backends.torch.loading import choose_device, choose_dtype
 from lsp_server.decoding.engine import Engine
 from lsp_server.decoding.types import DecodeOptions
@@ -181,7 +181,7 @@ def graph_vs_eager(graphed, eager, prompt: list[int], positions: int) -> dict:
             "argmax_agree": int((rows[0].argmax(-1) == rows[1].argmax(-1)).sum())}
 
 
-class Oracle:
+class Oracle(NoOwnSources):
     """Proposes the reference continuation (the benchmark's oracle, ditto_bench/systems.py)."""
 
     name = "oracle"
@@ -197,12 +197,6 @@ class Oracle:
         if self.corrupt is not None:
             draft = self.corrupt(draft)
         return Proposal(draft, source=self.name, match_len=len(done), paid=True)
-
-    def update_source(self, name, tokens) -> None:
-        pass
-
-    def forget_source(self, name) -> None:
-        pass
 
 
 def engine_runs(base, fixed, prompts: list[list[int]], new_tokens: int, rows: int, seed: int) -> dict:

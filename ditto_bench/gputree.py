@@ -24,7 +24,7 @@ import time
 
 import torch
 
-from drafters.base import Proposal
+from drafters.base import NoOwnSources, Proposal
 from lsp_server.decoding.engine import Engine
 from lsp_server.decoding.types import DecodeOptions
 
@@ -77,7 +77,7 @@ def tree_invariance(lm, prompts: list[list[int]], trees: int, nodes: int, seed: 
     return out
 
 
-class TreeOracle:
+class TreeOracle(NoOwnSources):
     """Trees around the plain continuation: its next tokens as one path, and wrong siblings at
     every level (or, with `right` False, random tokens only)."""
 
@@ -105,15 +105,6 @@ class TreeOracle:
                 parents.append(parent)
             parent = me
         return Proposal(toks, source="oracle", match_len=len(good), tree=parents, weights=[0.5] * len(toks))
-
-    def update_source(self, name, tokens) -> None:
-        pass
-
-    def forget_source(self, name) -> None:
-        pass
-
-    def set_options(self, options) -> None:
-        pass
 
 
 def tree_engine(lm, prompts: list[list[int]], new_tokens: int, rows: int, seed: int) -> dict:

@@ -41,7 +41,7 @@ import time
 from dataclasses import dataclass
 from typing import Sequence
 
-from drafters.base import Proposal
+from drafters.base import NoOwnSources, Proposal
 
 DITTO = ("off", "ngram", "model", "hybrid", "oracle", "ngram-v1")
 HF = ("hf-greedy", "hf-prompt-lookup")
@@ -108,7 +108,7 @@ def fixed_k(system: str) -> int | None:
     return None
 
 
-class V1Drafter:
+class V1Drafter(NoOwnSources):
     """Today's lookup before issue 42 over the default drafter's sources (drafters/suffix.py `lookup`)."""
 
     name = "ngram-v1"
@@ -118,15 +118,6 @@ class V1Drafter:
 
     def propose(self, context: Sequence[int], k: int) -> Proposal:
         return self.suffix.lookup(context, k)
-
-    def update_source(self, name, tokens) -> None:
-        pass
-
-    def forget_source(self, name) -> None:
-        pass
-
-    def set_options(self, options) -> None:
-        pass
 
 
 class Timed:
@@ -175,7 +166,7 @@ def bench_drafter(completer, system: str, store: dict):
     return Timed(store[system])
 
 
-class OracleDrafter:
+class OracleDrafter(NoOwnSources):
     """Proposes the reference continuation while the context still follows it."""
 
     name = "oracle"
@@ -192,15 +183,6 @@ class OracleDrafter:
             return Proposal([], source="oracle", match_len=0)
         # Paid: the ceiling verifies every draft it has (no adaptive trimming).
         return Proposal(self.target[len(done) : len(done) + k], source="oracle", match_len=len(done), paid=True)
-
-    def update_source(self, name, tokens) -> None:  # the oracle needs no buffers
-        pass
-
-    def forget_source(self, name) -> None:
-        pass
-
-    def set_options(self, options) -> None:  # greedy reference: nothing to sample
-        pass
 
 
 def generated_ids(completion) -> list[int]:

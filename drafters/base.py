@@ -52,6 +52,21 @@ class Proposal:
         return len(self.tokens)
 
 
+class NoOwnSources:
+    """For a drafter that keeps no sources of its own (what it drafts from was given when it was made,
+    or belongs to another drafter) and drafts the same whatever the decoding options: the engine's
+    source updates and options change nothing."""
+
+    def update_source(self, name: str, tokens: Sequence[int]) -> None:
+        pass
+
+    def forget_source(self, name: str) -> None:
+        pass
+
+    def set_options(self, options) -> None:
+        pass
+
+
 @runtime_checkable
 class Drafter(Protocol):
     """Proposes up to k next tokens for a context.

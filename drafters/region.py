@@ -17,12 +17,12 @@ from __future__ import annotations
 
 from typing import Sequence
 
-from drafters.base import Proposal
+from drafters.base import NoOwnSources, Proposal
 
 MAX_MATCH = 4  # last written tokens matched against the region
 
 
-class RegionDrafter:
+class RegionDrafter(NoOwnSources):  # the region is its only source; drafts are deterministic
     name = "region"
 
     def __init__(self, region: Sequence[int], prompt_len: int):
@@ -51,12 +51,3 @@ class RegionDrafter:
     def _from(self, end: int, seen: int, k: int, n: int) -> Proposal:
         self.at, self.seen = end, seen
         return Proposal(self.region[end : end + k], source="region", match_len=n)
-
-    def update_source(self, name: str, tokens: Sequence[int]) -> None:  # the region is its only source
-        pass
-
-    def forget_source(self, name: str) -> None:
-        pass
-
-    def set_options(self, options) -> None:  # deterministic drafts: nothing to sample
-        pass
