@@ -16,14 +16,12 @@ server command is absent (editors/install.sh installs the editors).
 
 from __future__ import annotations
 
-import json
-import os
-import subprocess
 from pathlib import Path
 
 import pytest
 
-from tests.editors.test_editor_nvim_plugin import NVIM_011, NVIM_012, README_INIT, ROOT, require, require_serve
+from tests.editors.test_editor_nvim_plugin import (DRIVER_PRELUDE, NVIM_011, NVIM_012, README_INIT, ROOT, headless,
+                                                   require, require_serve)
 
 pytestmark = pytest.mark.editor
 
@@ -45,40 +43,10 @@ def other(path):
     return handle
 '''
 
-DRIVER = r"""
-local out_path = assert(vim.env.DITTO_TEST_OUT)
-local mode = assert(vim.env.DITTO_TEST_MODE)  -- 'apply' | 'dismiss' | 'edit' | 'ghost' | 'other' | 'off'
-local report = { log = {} }
-
-local function finish()
-  local f = assert(io.open(out_path, 'w'))
-  f:write(vim.json.encode(report))
-  f:close()
-  vim.cmd('qa!')
-end
-
-local co
-local function wait_for(what, timeout_ms, cond)
-  local deadline = vim.uv.now() + timeout_ms
-  while true do
-    local v = cond()
-    if v then return v end
-    if vim.uv.now() > deadline then error('timed out after ' .. timeout_ms .. ' ms waiting for ' .. what, 0) end
-    vim.defer_fn(function() assert(coroutine.resume(co)) end, 50)
-    coroutine.yield()
-  end
-end
-
-local function lines() return vim.api.nvim_buf_get_lines(0, 0, -1, true) end
+DRIVER = DRIVER_PRELUDE + r"""
+-- mode: 'apply' | 'dismiss' | 'edit' | 'ghost' | 'other' | 'off'
 local function cursor() return vim.api.nvim_win_get_cursor(0) end
 
-local function request(client, method, params)
-  local res
-  client:request(method, params, function(err, result) res = { err = err, result = result } end, 0)
-  local r = wait_for(method, 30000, function() return res end)
-  if r.err then error(method .. ': ' .. vim.inspect(r.err), 0) end
-  return r.result
-end
 
 -- Record the server's next-edit answers as they reach the client (the plugin is not touched).
 local answers = {}
@@ -248,28 +216,11 @@ def run(nvim: Path, mode: str, tmp_path: Path, setup_extra: str = "", ghost_line
     src.write_text(source, encoding="utf-8")
     if other:
         (work / "use.py").write_text(other, encoding="utf-8")
-    init = tmp_path / "init.lua"
-    init.write_text(README_INIT.replace("~/src/ditto", str(ROOT))
-                    .replace("model = 'default',", "model = 'tiny-random'," + setup_extra), encoding="utf-8")
-    driver = tmp_path / "driver.lua"
-    driver.write_text(DRIVER, encoding="utf-8")
-    out = tmp_path / "out.json"
-    env = {**os.environ,
-           "PATH": f"{Path(exe).parent}{os.pathsep}{os.environ.get('PATH', '')}",
-           "HOME": str(tmp_path), "XDG_CONFIG_HOME": str(tmp_path / "config"),
-           "XDG_DATA_HOME": str(tmp_path / "data"), "XDG_STATE_HOME": str(tmp_path / "state"),
-           "XDG_CACHE_HOME": str(tmp_path / "cache"), "DITTO_TEST_OUT": str(out), "DITTO_TEST_MODE": mode,
-           "DITTO_TEST_GHOST_LINE": str(ghost_line), "DITTO_TEST_OTHER": str(work / "use.py")}
-    cmd = [str(nvim), "--headless", "-u", str(init), "-i", "NONE", "-n", "-c", f"luafile {driver}", str(src)]
-    try:
-        proc = subprocess.run(cmd, cwd=work, env=env, capture_output=True, text=True, timeout=90)
-    except subprocess.TimeoutExpired as err:
-        pytest.fail(f"Neovim did not finish: {err}")
-    if not out.exists():
-        pytest.fail(f"Neovim wrote no report (rc {proc.returncode}):\n{proc.stdout[-2000:]}\n{proc.stderr[-2000:]}")
-    report = json.loads(out.read_text(encoding="utf-8"))
-    assert "error" not in report, f"{report['error']}\nlog: {report.get('log')}\nstderr: {proc.stderr[-2000:]}"
-    return report
+    init = README_INIT.replace("~/src/ditto", str(ROOT)).replace("model = 'default',",
+                                                                "model = 'tiny-random'," + setup_extra)
+    return headless(nvim, DRIVER, init, src, tmp_path, exe, 90, {
+        "DITTO_TEST_MODE": mode, "DITTO_TEST_GHOST_LINE": str(ghost_line),
+        "DITTO_TEST_OTHER": str(work / "use.py")})
 
 
 def units(s: str) -> int:

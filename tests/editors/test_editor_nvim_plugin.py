@@ -40,11 +40,12 @@ require('ditto').setup({
 })
 """
 
-# Runs inside Neovim after the file is opened. A coroutine awaits each condition by polling with a
-# deadline (never a fixed sleep) and writes what it saw to $DITTO_TEST_OUT, then quits.
-DRIVER = r"""
+# What every driver starts with: its mode and report ($DITTO_TEST_MODE, $DITTO_TEST_OUT), `finish`
+# (write the report, quit), `wait_for` (a coroutine awaits a condition by polling with a deadline,
+# never a fixed sleep), `lines`, and `request` (an LSP request awaited so).
+DRIVER_PRELUDE = r"""
 local out_path = assert(vim.env.DITTO_TEST_OUT)
-local mode = assert(vim.env.DITTO_TEST_MODE)  -- 'inline' | 'completion' | 'health' | 'loading'
+local mode = assert(vim.env.DITTO_TEST_MODE)
 local report = { log = {} }
 local function log(...) table.insert(report.log, table.concat(vim.tbl_map(tostring, { ... }), ' ')) end
 
@@ -69,11 +70,6 @@ end
 
 local function lines() return vim.api.nvim_buf_get_lines(0, 0, -1, true) end
 
-local function sleep(ms)
-  vim.defer_fn(function() assert(coroutine.resume(co)) end, ms)
-  coroutine.yield()
-end
-
 -- A request from the driver (not the plugin), awaited in the coroutine.
 local function request(client, method, params)
   local res
@@ -81,6 +77,16 @@ local function request(client, method, params)
   local r = wait_for(method, 30000, function() return res end)
   if r.err then error(method .. ': ' .. vim.inspect(r.err), 0) end
   return r.result
+end
+"""
+
+# Runs inside Neovim after the file is opened and writes what it saw to $DITTO_TEST_OUT, then quits.
+DRIVER = DRIVER_PRELUDE + r"""
+-- mode: 'inline' | 'completion' | 'health' | 'loading'
+
+local function sleep(ms)
+  vim.defer_fn(function() assert(coroutine.resume(co)) end, ms)
+  coroutine.yield()
 end
 
 -- Record the server's answers as they reach the client (the plugin itself is not touched).
@@ -313,31 +319,33 @@ def run_nvim(nvim: Path, mode: str, tmp_path: Path, budget_s: float = 40, lines:
     work.mkdir()
     src = work / "shapes.py"
     src.write_text(EXAMPLE.read_text(encoding="utf-8"), encoding="utf-8")
-    init = tmp_path / "init.lua"
     setup = "model = 'tiny-random',"
     if serve_args:
         setup += " cmd = " + "{ " + ", ".join(f"'{a}'" for a in ("ditto-lsp", "serve", *serve_args)) + " },"
-    init.write_text(README_INIT.replace("~/src/ditto", str(ROOT)).replace("model = 'default',", setup),
-                    encoding="utf-8")
-    driver = tmp_path / "driver.lua"
-    driver.write_text(DRIVER, encoding="utf-8")
+    init = README_INIT.replace("~/src/ditto", str(ROOT)).replace("model = 'default',", setup)
+    return headless(nvim, DRIVER, init, src, tmp_path, exe, budget_s + 20, {
+        "DITTO_TEST_MODE": mode,
+        "DITTO_TEST_LINES": json.dumps(lines or end_of_line_candidates(src.read_text())),
+        "DITTO_TEST_BUDGET_MS": str(int(budget_s * 1000))})
+
+
+def headless(nvim: Path, driver: str, init: str, src: Path, tmp_path: Path, exe: str, timeout: float,
+             env: dict[str, str]) -> dict:
+    """Run `driver` (Lua) in a headless Neovim on `src`, with `init` as its init.lua, `exe`'s directory
+    first on PATH, a home and XDG directories of its own under `tmp_path` and `env` added; the report
+    the driver wrote to $DITTO_TEST_OUT (a failed driver fails the test with its error and stderr)."""
+    (tmp_path / "init.lua").write_text(init, encoding="utf-8")
+    (tmp_path / "driver.lua").write_text(driver, encoding="utf-8")
     out = tmp_path / "out.json"
-    env = dict(os.environ)
-    env.update(
-        PATH=f"{Path(exe).parent}{os.pathsep}{env.get('PATH', '')}",
-        HOME=str(tmp_path),
-        XDG_CONFIG_HOME=str(tmp_path / "config"),
-        XDG_DATA_HOME=str(tmp_path / "data"),
-        XDG_STATE_HOME=str(tmp_path / "state"),
-        XDG_CACHE_HOME=str(tmp_path / "cache"),
-        DITTO_TEST_OUT=str(out),
-        DITTO_TEST_MODE=mode,
-        DITTO_TEST_LINES=json.dumps(lines or end_of_line_candidates(src.read_text())),
-        DITTO_TEST_BUDGET_MS=str(int(budget_s * 1000)),
-    )
-    cmd = [str(nvim), "--headless", "-u", str(init), "-i", "NONE", "-n", "-c", f"luafile {driver}", str(src)]
+    full = {**os.environ,
+            "PATH": f"{Path(exe).parent}{os.pathsep}{os.environ.get('PATH', '')}",
+            "HOME": str(tmp_path), "XDG_CONFIG_HOME": str(tmp_path / "config"),
+            "XDG_DATA_HOME": str(tmp_path / "data"), "XDG_STATE_HOME": str(tmp_path / "state"),
+            "XDG_CACHE_HOME": str(tmp_path / "cache"), "DITTO_TEST_OUT": str(out), **env}
+    cmd = [str(nvim), "--headless", "-u", str(tmp_path / "init.lua"), "-i", "NONE", "-n",
+           "-c", f"luafile {tmp_path / 'driver.lua'}", str(src)]
     try:
-        proc = subprocess.run(cmd, cwd=work, env=env, capture_output=True, text=True, timeout=budget_s + 20)
+        proc = subprocess.run(cmd, cwd=src.parent, env=full, capture_output=True, text=True, timeout=timeout)
     except subprocess.TimeoutExpired as err:
         pytest.fail(f"Neovim did not finish: {err}")
     if not out.exists():
