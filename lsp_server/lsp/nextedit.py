@@ -10,8 +10,9 @@ history (documents.py `apply_changes`); the proposer is edit propagation (no mod
 docs/nextedit.md says why the model rewrite is off). It runs off the event loop on copies of the
 history and texts, and its answer is dropped (`null`) when a newer request for the document came
 or the document changed meanwhile: a stale proposal never reaches the editor.
-Left out on purpose: the model rewrite (it needs the model worker), the inline item that replaces
-text at the cursor's line, and the editors' keys (issue 43 says what remains).
+The editors show the answer and bind its keys (editors/nvim/lua/ditto/nextedit.lua,
+editors/vscode/src/nextedit.ts). Left out on purpose: the model rewrite (it needs the model worker),
+and the inline item that replaces text at the cursor's line (issue 43 says what remains).
 """
 
 from __future__ import annotations
