@@ -81,6 +81,10 @@ class Settings:
     # (completion/wholefile.py; docs/design.md, "The whole file above the cursor"). Off by default: the fill
     # keeps the worker busy between keystrokes and the held-out runs did not show it paying (docs/perf/README.md).
     whole_file: bool = False
+    # Next-edit suggestions (lsp_server/lsp/nextedit.py, docs/nextedit.md): `ditto/nextEdit` answers the edit that
+    # follows the user's, and an inline completion request answers an item that makes it where it lies on the
+    # cursor's line, after the cursor. Off: both answer nothing (the editors turn their keys off with it).
+    next_edit: bool = True
     # The drafter's index of the open buffers, all together, in MB; least recently used ones beyond it are
     # dropped from it and indexed again when visited (completion/buffers.py; ~26 bytes a token).
     index_memory_mb: int = 64
@@ -218,12 +222,14 @@ class Settings:
 # `serve` argument (argparse dest) of a user key where it is not the key's own name.
 _CLI_DEST = {"time_budget_s": "time_budget"}
 _CLI_JSON = ("remote",)  # a JSON object on the command line
-_CLI_NEGATED = {"multiline": "single_line", "adaptive": "no_adaptive", "idle_prefill": "no_idle_prefill"}  # key = not args.<flag>
+_CLI_NEGATED = {"multiline": "single_line", "adaptive": "no_adaptive", "idle_prefill": "no_idle_prefill",
+                "next_edit": "no_next_edit"}  # key = not args.<flag>
 
 
 _TYPES = {
     "model": str, "device": str, "dtype": str, "backend": str, "drafter": str, "draft_model": str, "snippets": str,
-    "trust_remote_code": bool, "multiline": bool, "adaptive": bool, "idle_prefill": bool, "whole_file": bool, "debug_hooks": bool,
+    "trust_remote_code": bool, "multiline": bool, "adaptive": bool, "idle_prefill": bool, "whole_file": bool, "next_edit": bool,
+    "debug_hooks": bool,
     "debug_notify_steps": bool, "debug_documents": bool, "debug_check_places": bool, "debug_fail_forward": bool,
     "max_tokens": int, "context_tokens": int, "draft_max": int, "top_k": int, "seed": (int, type(None)),
     "temperature": float, "top_p": float, "time_budget_s": (float, type(None)), "first_answer_s": (float, type(None)), "debug_step_delay_ms": float,

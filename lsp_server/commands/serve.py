@@ -37,6 +37,9 @@ def configure(p: argparse.ArgumentParser) -> None:
     srv.add_argument("--whole-file", dest="whole_file", action="store_true",
                      help="the whole file above the cursor from a warm KV per open file, filled while the editor is "
                           "idle (off by default; docs/design.md, \"The whole file above the cursor\")")
+    srv.add_argument("--no-next-edit", action="store_true",
+                     help="no next-edit suggestions: `ditto/nextEdit` and the inline item that makes the next edit on "
+                          "the cursor's line answer nothing (on by default; docs/nextedit.md)")
     srv.add_argument("--first-answer", dest="first_answer_s", type=_seconds_or_none, default=Settings.first_answer_s,
                      metavar="SECONDS|none",
                      help="answer with the first complete line, or after this long decoding, and generate the rest "

@@ -100,6 +100,10 @@ async def inline_completion(ls, params: types.InlineCompletionParams):
         lines[snap.line] = new_line
         snap = Snapshot(snap.uri, snap.version, "\n".join(lines), snap.line, start_col + len(sel.text),
                         snap.position)
+    elif ls.settings.next_edit:  # the user's change applies again on this line: that edit, not the model's text
+        item = await ls.next_edits.inline_item(snap.uri, snap.position)
+        if item is not None:
+            return types.InlineCompletionList(items=[item])
     text = await ls.service.suggest(snap, ls.settings)
     if not text:
         return None
@@ -146,6 +150,8 @@ async def next_edit(ls, params):
     line, char = _get(params, "position", "line"), _get(params, "position", "character")
     if not isinstance(uri, str) or not isinstance(line, int) or not isinstance(char, int) or line < 0 or char < 0:
         raise JsonRpcInvalidParams(f"{NEXT_EDIT}: needs textDocument.uri and a position")
+    if not ls.settings.next_edit:
+        return None
     return await ls.next_edits.propose(uri, types.Position(line=line, character=char))
 
 def stats(ls, params):

@@ -11,8 +11,16 @@ docs/nextedit.md says why the model rewrite is off). It runs off the event loop 
 history and texts, and its answer is dropped (`null`) when a newer request for the document came
 or the document changed meanwhile: a stale proposal never reaches the editor.
 The editors show the answer and bind its keys (editors/nvim/lua/ditto/nextedit.lua,
-editors/vscode/src/nextedit.ts). Left out on purpose: the model rewrite (it needs the model worker),
-and the inline item that replaces text at the cursor's line (issue 43 says what remains).
+editors/vscode/src/nextedit.ts).
+
+At the cursor's own line the same proposal also comes as a standard inline completion item
+(`inline_item`, asked by the `textDocument/inlineCompletion` handler, lsp_server/lsp/handlers.py): where
+the edit lies on the cursor's line at or after the cursor, the item's range runs from the cursor to
+the line's end and its text is that rest of the line with the edit made, so any LSP editor shows it
+over the old text and applies it with its own accept key (Neovim 0.12's vim.lsp.inline_completion
+overlays the new rest of the line from its first changed character; to the line's end, so that a
+longer name does not leave the old one's tail on screen). The `next_edit` setting off, neither answers anything.
+Left out on purpose: the model rewrite (it needs the model worker; docs/nextedit.md says why it is off).
 """
 
 from __future__ import annotations
@@ -36,7 +44,7 @@ class NextEdits:
     def __init__(self, documents: DocumentSession):
         self.documents = documents
         self._newest: dict[str, int] = {}  # uri -> number of its newest request
-        self.counts = {"requests": 0, "proposed": 0, "none": 0, "stale": 0}
+        self.counts = {"requests": 0, "proposed": 0, "none": 0, "stale": 0, "inline": 0}
 
     def closed(self, uri: str) -> None:
         self._newest.pop(uri, None)
@@ -44,18 +52,15 @@ class NextEdits:
     async def propose(self, uri: str, pos: types.Position) -> dict | None:
         c = self.counts
         c["requests"] += 1
-        docs = self.documents
-        doc, history = docs.document(uri), docs.edits(uri)
-        if doc is None or history is None or history.last() is None:
+        found = self._inputs(uri, pos)
+        if found is None:
             c["none"] += 1
             return None
         seq = self._newest[uri] = self._newest.get(uri, 0) + 1
-        text, version = doc.source, doc.version
-        cursor = docs.lines_of(doc.uri, text).offset(pos, docs.position_units())
-        groups = [dataclasses.replace(g) for g in history.groups()]  # the event loop goes on recording
+        text, version, cursor, groups = found
         others = self._others(uri)
         edit = await asyncio.to_thread(Propagator().propose, groups, uri, text, cursor, others, version)
-        now = docs.document(uri)
+        now = self.documents.document(uri)
         if self._newest.get(uri) != seq or now is None or now.version != version:
             c["stale"] += 1
             return None
@@ -68,6 +73,39 @@ class NextEdits:
             return None
         c["proposed"] += 1
         return self._answer(edit, target)
+
+    async def inline_item(self, uri: str, pos: types.Position) -> types.InlineCompletionItem | None:
+        """The next edit as an inline completion item, where it lies on the cursor's line at or after the
+        cursor (module docstring), else None. This document only; one under `MAX_OTHER_CHARS`."""
+        found = self._inputs(uri, pos)
+        if found is None or len(found[0]) > MAX_OTHER_CHARS:
+            return None
+        text, version, cursor, groups = found
+        edit = await asyncio.to_thread(Propagator().propose, groups, uri, text, cursor, (), version)
+        now = self.documents.document(uri)
+        if edit is None or now is None or now.version != version or edit.uri != uri or edit.start < cursor:
+            return None
+        if "\n" in text[cursor : edit.end] or "\n" in edit.new_text:
+            return None  # not on the cursor's line: `ditto/nextEdit` shows it there
+        line, col = position(text, cursor)
+        eol = text.find("\n", edit.end)
+        eol = len(text) if eol < 0 else eol - (text[eol - 1 : eol] == "\r")
+        to_client = self.documents.to_client
+        self.counts["inline"] += 1
+        return types.InlineCompletionItem(insert_text=text[cursor : edit.start] + edit.new_text + text[edit.end : eol],
+                                          range=types.Range(start=to_client(text, line, col),
+                                                            end=to_client(text, line, col + eol - cursor)))
+
+    def _inputs(self, uri: str, pos: types.Position) -> tuple[str, int | None, int, list] | None:
+        """(text, version, the cursor's offset, a copy of the edit groups) of an open document with edits."""
+        docs = self.documents
+        doc, history = docs.document(uri), docs.edits(uri)
+        if doc is None or history is None or history.last() is None:
+            return None
+        text = doc.source
+        cursor = docs.lines_of(doc.uri, text).offset(pos, docs.position_units())
+        groups = [dataclasses.replace(g) for g in history.groups()]  # the event loop goes on recording
+        return text, doc.version, cursor, groups
 
     def _others(self, uri: str) -> list[tuple[str, str]]:
         """(uri, text) of the other open documents, most recently edited first."""

@@ -7,7 +7,10 @@ edit propagation, needs no model):
   the gutter and, the place being off screen, a hint at the cursor; <Tab> jumps there, a second
   <Tab> applies the server's edit and puts the cursor where the server says;
 - <Esc> dismisses it: the marks go, nothing changes, and <Tab> is <Tab> (Vim's jump) again;
-- with `next_edit = false` nothing is set up to ask (the module is not loaded, no key is mapped).
+- with `next_edit = false` nothing is set up to ask (the module is not loaded, no key is mapped);
+- where the rename applies again on the line being typed, the server's inline completion item
+  (Neovim 0.12's vim.lsp.inline_completion) shows the rest of the line renamed over the old text,
+  and the accept key makes that edit.
 
 The expected buffer is the file with the server's own answer (recorded in the editor) applied, so
 the test never checks against a made-up edit. Each test skips with the reason when its editor or the
@@ -44,7 +47,7 @@ def other(path):
 '''
 
 DRIVER = DRIVER_PRELUDE + r"""
--- mode: 'apply' | 'dismiss' | 'edit' | 'ghost' | 'other' | 'off'
+-- mode: 'apply' | 'dismiss' | 'edit' | 'ghost' | 'other' | 'off' | 'inline'
 local function cursor() return vim.api.nvim_win_get_cursor(0) end
 
 
@@ -87,6 +90,32 @@ local function main()
     end)
     report.other_before = lines()
     vim.cmd('buffer ' .. bufnr)
+  end
+  if mode == 'inline' then
+    -- Rename the first of two uses on one line, staying in insert mode: the server's inline item
+    -- makes the same change at the second, shown over the old text.
+    local row = tonumber(vim.env.DITTO_TEST_GHOST_LINE)
+    vim.api.nvim_win_set_cursor(0, { row, lines()[row]:find('KeepOpenFile', 1, true) - 1 })
+    report.before = lines()
+    vim.api.nvim_input('ciwKeepClosedFile')
+    local shown = wait_for('the inline item over the old text', 30000, function()
+      local gns = vim.api.nvim_get_namespaces()['nvim.lsp.inline_completion']
+      for _, m in ipairs(gns and vim.api.nvim_buf_get_extmarks(0, gns, 0, -1, { details = true }) or {}) do
+        local virt = m[4].virt_text and m[4].virt_text[1] and m[4].virt_text[1][1]
+        if virt and virt:find('Closed', 1, true) then return m end
+      end
+    end)
+    report.typed = lines()[row]
+    report.cursor_typed = cursor()
+    report.shown = { row = shown[2], col = shown[3], text = shown[4].virt_text[1][1], pos = shown[4].virt_text_pos }
+    vim.api.nvim_input('<Tab>')
+    wait_for('the item to be accepted', 10000, function() return lines()[row] ~= report.typed end)
+    report.accepted_line = lines()[row]
+    vim.api.nvim_input('<Esc>')
+    wait_for('normal mode', 5000, function() return vim.api.nvim_get_mode().mode == 'n' end)
+    report.after = lines()
+    report.stats = request(client, 'ditto/stats', {})
+    return
   end
   -- Type the rename at the class's definition: the name changed word-wise, as a user does.
   vim.api.nvim_win_set_cursor(0, { 1, 6 })
@@ -344,3 +373,22 @@ def test_a_next_edit_in_another_open_file_is_hinted_and_tab_goes_there(tmp_path)
     assert r["cursor_after"] == [e["cursor"]["line"] + 1, e["cursor"]["character"]]
     assert r["main_after"] == r["before"]  # the file renamed in is left as the user left it
     assert r["counts"]["jumped"] == 1 and r["counts"]["applied"] == 1
+
+
+def test_the_next_edit_on_the_typed_line_is_ghost_text_over_the_old_text_and_tab_makes_it(tmp_path):
+    """The server's inline item (lsp_server/lsp/nextedit.py `inline_item`) in vim.lsp.inline_completion:
+    the rest of the line with the rename made is overlaid from its first changed character, and the
+    accept key replaces the old text with it."""
+    require(NVIM_012)
+    source = SOURCE.replace("    handle = KeepOpenFile(path)\n", "    handle = KeepOpenFile(path) or KeepOpenFile(None)\n")
+    row = source.splitlines().index("    handle = KeepOpenFile(path) or KeepOpenFile(None)") + 1
+    r = run(NVIM_012, "inline", tmp_path, ghost_line=row, source=source)
+    assert "error" not in r, r.get("error")
+    assert r["typed"] == "    handle = KeepClosedFile(path) or KeepOpenFile(None)"
+    # overlaid where the old name starts to differ: "Keep" stays, "ClosedFile(None)" covers the rest
+    assert r["shown"] == {"row": row - 1, "col": r["typed"].index("OpenFile"), "text": "ClosedFile(None)",
+                          "pos": "overlay"}
+    assert r["accepted_line"] == "    handle = KeepClosedFile(path) or KeepClosedFile(None)"
+    assert r["after"][row - 1] == r["accepted_line"]
+    assert r["after"][: row - 1] == r["before"][: row - 1] and r["after"][row:] == r["before"][row:]
+    assert r["stats"]["next_edit"]["inline"] >= 1

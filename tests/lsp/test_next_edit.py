@@ -102,3 +102,73 @@ def test_unknown_documents_get_null_and_bad_params_an_error(server):
     bad = c.call("ditto/nextEdit", {"textDocument": {"uri": URI}}, TIMEOUT)
     assert bad["error"]["code"] == -32602  # InvalidParams
     assert "result" in c.call("ditto/stats", {}, TIMEOUT)  # still serving
+
+
+LINE_SRC = '''class KeepOpenFile:
+    pass
+
+
+def other(path):
+    handle = KeepOpenFile(path) or KeepOpenFile(None)
+    return handle
+'''
+
+
+def type_rename(c: RawClient, uri: str, text: str, version: int, old: str, new: str) -> tuple[str, int, int]:
+    """Select the first `old` and type `new` over it a character at a time: (text, version, cursor offset)."""
+    i = text.index(old, text.index("handle"))
+    for a, b, piece in [(i, i + len(old), "")] + [(i + k, i + k, ch) for k, ch in enumerate(new)]:
+        version += 1
+        c.change(uri, version, [{"range": lsp_range(text, a, b), "text": piece}])
+        text = text[:a] + piece + text[b:]
+    return text, version, i + len(new)
+
+
+def inline_items(c: RawClient, uri: str, text: str, cursor: int) -> list[dict]:
+    pos = lsp_range(text, cursor, cursor)["start"]
+    r = c.wait(c.inline(uri, pos["line"], pos["character"]), TIMEOUT)
+    assert "error" not in r, r
+    result = r["result"]
+    return [] if result is None else result["items"] if isinstance(result, dict) else result
+
+
+def test_the_next_edit_on_the_cursors_line_is_an_inline_item_that_replaces_text(server):
+    c, uri = server, "file:///tmp/next_edit_line.py"
+    c.open(uri, LINE_SRC)
+    text, version, cursor = type_rename(c, uri, LINE_SRC, 1, "KeepOpenFile", "KeepClosedFile")
+    before = c.stats()["next_edit"]["inline"]
+    (item,) = inline_items(c, uri, text, cursor)
+    r = item["range"]
+    assert r["start"] == lsp_range(text, cursor, cursor)["start"] and r["end"]["line"] == r["start"]["line"]
+    a, b = offset(text, r["start"]), offset(text, r["end"])
+    assert text[a:b] == "(path) or KeepOpenFile(None)"  # from the cursor to the line's end: text is replaced
+    after = text[:a] + item["insertText"] + text[b:]
+    assert after == LINE_SRC.replace("KeepOpenFile(", "KeepClosedFile(")  # the class keeps its name
+    assert c.stats()["next_edit"]["inline"] == before + 1
+    # On another line (the cursor moved up to the class), the edit is no inline item there.
+    line2 = text.index("    pass")
+    assert all("Closed" not in i["insertText"] for i in inline_items(c, uri, text, line2))
+    c.close_doc(uri)
+
+
+def test_with_next_edit_off_neither_the_request_nor_the_inline_item_proposes():
+    c = RawClient(["--model", "tiny-random", "--max-tokens", "4", "--no-next-edit"], env={"OMP_NUM_THREADS": "1"})
+    try:
+        c.initialize({"maxTokens": 4})
+        uri = "file:///tmp/next_edit_off.py"
+        c.open(uri, LINE_SRC)
+        text, version, cursor = type_rename(c, uri, LINE_SRC, 1, "KeepOpenFile", "KeepClosedFile")
+        pos = lsp_range(text, cursor, cursor)["start"]
+        assert next_edit(c, uri, pos["line"], pos["character"])["result"] is None
+        assert all("Closed" not in i["insertText"] for i in inline_items(c, uri, text, cursor))
+        stats = c.stats()["next_edit"]
+        assert stats["requests"] == 0 and stats["inline"] == 0
+        c.notify("workspace/didChangeConfiguration", {"settings": {"ditto": {"nextEdit": True}}})
+        e = next_edit(c, uri, pos["line"], pos["character"])["result"]
+        assert (e["newText"], e["oldText"]) == ("Closed", "Open")
+        assert c.stats()["next_edit"]["inline"] == 0
+        (item,) = inline_items(c, uri, text, cursor)
+        assert item["insertText"] == "(path) or KeepClosedFile(None)"
+        assert c.shutdown_and_exit() == 0
+    finally:
+        c.kill()

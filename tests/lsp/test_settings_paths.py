@@ -58,6 +58,7 @@ CHANGED = {
     "adaptive": (["--no-adaptive"], False),
     "idle_prefill": (["--no-idle-prefill"], False),
     "whole_file": (["--whole-file"], True),
+    "next_edit": (["--no-next-edit"], False),
     "first_answer_s": (["--first-answer", "none"], None),
     "load_wait_s": (["--load-wait", "30"], 30.0),
     "index_memory_mb": (["--index-memory-mb", "16"], 16),
@@ -67,7 +68,7 @@ VALUES = {k: v for k, (_, v) in CHANGED.items()}
 CASES = [*CHANGED.items(), ("drafter", (["--drafter", "model"], "model"))]
 IDS = [f"{k}={v}" for k, (_, v) in CASES]
 
-VSCODE_CLIENT_ONLY = {"enable", "nextEdit", "serverCommand", "pythonPath", "serverArgs", "trace.server"}
+VSCODE_CLIENT_ONLY = {"enable", "serverCommand", "pythonPath", "serverArgs", "trace.server"}
 
 
 def only_changed(s: Settings, **changed) -> None:

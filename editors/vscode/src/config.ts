@@ -5,12 +5,13 @@
  * the extension hands in a getter over `workspace.getConfiguration("ditto")`.
  *
  * Two kinds of settings live under `ditto.*`:
- *  - client-only: enable (handled here by not asking), nextEdit (next-edit suggestions,
- *    nextedit.ts), serverCommand, pythonPath, serverArgs (changing them restarts the server),
- *    trace.server (languageclient's own);
+ *  - client-only: enable (handled here by not asking), serverCommand, pythonPath, serverArgs
+ *    (changing them restarts the server), trace.server (languageclient's own);
  *  - server settings: sent as `initializationOptions` and, on change, as
  *    `workspace/didChangeConfiguration` `{settings: {ditto: {...}}}`. The server accepts
  *    camelCase names and reloads the model when `model`/`device`/`dtype`/`backend` change.
+ *    nextEdit is both: nextedit.ts asks for next edits only with it on, and the server makes
+ *    the next edit on the cursor's line an inline item only with it on.
  *
  * The server settings are the server's Settings fields (lsp_server/settings.py), camelCase.
  * tests/lsp/test_settings_paths.py checks package.json's `ditto.*` properties against those
@@ -95,6 +96,7 @@ export const SERVER_KEYS = [
   "adaptive",
   "idlePrefill",
   "wholeFile",
+  "nextEdit",
   "device",
   "dtype",
   "backend",

@@ -20,7 +20,7 @@ M.name = 'ditto'
 M.server_options = {
   'model', 'device', 'dtype', 'backend', 'trust_remote_code', 'remote', 'drafter', 'draft_model', 'max_tokens',
   'context_tokens', 'snippets', 'draft_max', 'temperature', 'top_p', 'top_k', 'seed', 'time_budget_s', 'multiline', 'adaptive', 'idle_prefill',
-  'whole_file',
+  'whole_file', 'next_edit',
   'first_answer_s', 'load_wait_s', 'index_memory_mb',
 }
 
@@ -54,10 +54,10 @@ M.server_options = {
 ---@field filetypes? string[] Filetypes to attach to.
 ---@field enable? boolean Call vim.lsp.enable('ditto'). Default true.
 ---@field keymaps? ditto.Keymaps|false false: set no keymaps.
----@field next_edit? boolean Next-edit suggestions (lua/ditto/nextedit.lua). Default true.
+---@field next_edit? boolean Next-edit suggestions (lua/ditto/nextedit.lua), and the server's ghost text that makes the next edit on the cursor's line. Default true.
 
 local client_options = {
-  cmd = true, filetypes = true, enable = true, keymaps = true, init_options = true, next_edit = true,
+  cmd = true, filetypes = true, enable = true, keymaps = true, init_options = true,
 }
 
 ---@type ditto.Opts

@@ -31,6 +31,7 @@ test("settings become flat camelCase initializationOptions, client-only keys lef
     adaptive: true,
     idlePrefill: true,
     wholeFile: false,
+    nextEdit: true,
     device: "auto",
     dtype: "auto",
     backend: "auto",
@@ -111,14 +112,14 @@ test("changeKind: launch settings restart, server settings notify, enable does n
   assert.equal(changeKind(a, from({ model: "tiny-random" })), "notify");
   assert.equal(changeKind(a, from({ drafter: "none" })), "notify");
   assert.equal(changeKind(a, from({ enable: false })), "none");
-  assert.equal(changeKind(a, from({ nextEdit: false })), "none");
+  assert.equal(changeKind(a, from({ nextEdit: false })), "notify");
   assert.equal(changeKind(a, from({})), "none");
 });
 
 // package.json is what VS Code shows and validates; these keep config.ts in step with it (and
 // tests/lsp/test_settings_paths.py keeps package.json in step with the server's Settings).
 const properties = manifest.contributes.configuration.properties as Record<string, { default?: unknown }>;
-const CLIENT_ONLY = ["enable", "nextEdit", ...RESTART_KEYS];
+const CLIENT_ONLY = ["enable", ...RESTART_KEYS];
 
 test("every ditto.* setting is read here with package.json's default, and nothing else is", () => {
   const declared = Object.keys(properties).map((k) => k.replace(/^ditto\./, "")).filter((k) => k !== "trace.server");
