@@ -29,8 +29,7 @@ from ditto_bench.nextedit_harvest import Case, apply_units, cases, typing, units
 from lsp_server.nextedit.history import EditHistory
 from lsp_server.numbers import percentile
 
-SYSTEMS = ("propagate", "rewrite", "both")
-DEFAULT = "propagate"  # the proposer a user gets by default (docs/nextedit.md says why)
+from lsp_server.nextedit import DEFAULT_PROPOSER as DEFAULT, PROPOSERS as SYSTEMS  # noqa: E402
 
 
 def replay(case: Case) -> tuple[EditHistory, str, int]:

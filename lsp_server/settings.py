@@ -27,6 +27,7 @@ import re
 from dataclasses import dataclass, field, fields
 
 from drafters.registry import DRAFTERS  # the drafter names; every list of them is this one
+from lsp_server.nextedit import PROPOSERS  # the next-edit proposers' names
 from lsp_server.backends.loader import BACKENDS
 from lsp_server.completion.context import ContextBudget  # plain Python: no torch at import
 
@@ -85,6 +86,11 @@ class Settings:
     # follows the user's, and an inline completion request answers an item that makes it where it lies on the
     # cursor's line, after the cursor. Off: both answer nothing (the editors turn their keys off with it).
     next_edit: bool = True
+    # Who proposes `ditto/nextEdit`'s edit (lsp_server/nextedit/__init__.py PROPOSERS): propagate (no model, ~1 ms),
+    # rewrite (the model writes the candidate places anew, ~2-3 s of CPU each) or both (propagation's proposal shown
+    # only where the model's rewrite writes it). Not the default: on held-out commits the model did worse
+    # (docs/nextedit.md). The inline item at the cursor's line is always propagation's (ghost text cannot wait).
+    next_edit_proposer: str = "propagate"
     # The drafter's index of the open buffers, all together, in MB; least recently used ones beyond it are
     # dropped from it and indexed again when visited (completion/buffers.py; ~26 bytes a token).
     index_memory_mb: int = 64
@@ -192,6 +198,7 @@ class Settings:
     def validate(self) -> None:
         checks = [
             ("drafter", self.drafter in DRAFTERS, f"one of {', '.join(DRAFTERS)}"),
+            ("next_edit_proposer", self.next_edit_proposer in PROPOSERS, f"one of {', '.join(PROPOSERS)}"),
             ("draft_model", bool(self.draft_model.strip()), "a non-empty model spec"),
             ("max_tokens", self.max_tokens >= 1, ">= 1"),
             ("context_tokens", self.context_tokens == 0 or self.context_tokens >= 64, "0 (fitted) or >= 64"),
@@ -228,6 +235,7 @@ _CLI_NEGATED = {"multiline": "single_line", "adaptive": "no_adaptive", "idle_pre
 
 _TYPES = {
     "model": str, "device": str, "dtype": str, "backend": str, "drafter": str, "draft_model": str, "snippets": str,
+    "next_edit_proposer": str,
     "trust_remote_code": bool, "multiline": bool, "adaptive": bool, "idle_prefill": bool, "whole_file": bool, "next_edit": bool,
     "debug_hooks": bool,
     "debug_notify_steps": bool, "debug_documents": bool, "debug_check_places": bool, "debug_fail_forward": bool,

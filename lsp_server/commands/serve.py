@@ -14,6 +14,7 @@ import sys
 
 def configure(p: argparse.ArgumentParser) -> None:
     from lsp_server.commands.options import add_decode_args, add_model_args
+    from lsp_server.nextedit import PROPOSERS
     from lsp_server.settings import Settings
 
     p.description = ("Run the language server. Speaks LSP on stdin/stdout unless --tcp is given. "
@@ -40,6 +41,10 @@ def configure(p: argparse.ArgumentParser) -> None:
     srv.add_argument("--no-next-edit", action="store_true",
                      help="no next-edit suggestions: `ditto/nextEdit` and the inline item that makes the next edit on "
                           "the cursor's line answer nothing (on by default; docs/nextedit.md)")
+    srv.add_argument("--next-edit-proposer", default=Settings.next_edit_proposer, choices=PROPOSERS,
+                     help="who proposes ditto/nextEdit's edit: propagate (no model), rewrite (the model writes the "
+                          "candidate places anew) or both (propagation's proposal where the model's rewrite agrees); "
+                          f"default {Settings.next_edit_proposer} (docs/nextedit.md says why)")
     srv.add_argument("--first-answer", dest="first_answer_s", type=_seconds_or_none, default=Settings.first_answer_s,
                      metavar="SECONDS|none",
                      help="answer with the first complete line, or after this long decoding, and generate the rest "

@@ -20,31 +20,47 @@ the line's end and its text is that rest of the line with the edit made, so any 
 over the old text and applies it with its own accept key (Neovim 0.12's vim.lsp.inline_completion
 overlays the new rest of the line from its first changed character; to the line's end, so that a
 longer name does not leave the old one's tail on screen). The `next_edit` setting off, neither answers anything.
-Left out on purpose: the model rewrite (it needs the model worker; docs/nextedit.md says why it is off).
+
+The proposer is the `next_edit_proposer` setting: `propagate` (the default) runs off the event loop in
+a thread; `rewrite` and `both` (lsp_server/nextedit/rewrite.py) run the loaded model on the model
+worker (the scheduler, key `nextedit:<uri>`: a newer request for the document supersedes the older
+one, a completion request does not wait behind more than one rewrite), their rewrites in one slot of
+the engine's KV cache (`REWRITE_CACHE`). Without a local engine (the model still loading, or a team's
+remote engine) they fall back to propagation, counted as `without_model`. The inline item at the
+cursor's line is always propagation's: ghost text cannot wait seconds for the model.
 """
 
 from __future__ import annotations
 
 import asyncio
 import dataclasses
+import logging
 from urllib.parse import unquote
 
 from lsprotocol import types
 
 from lsp_server.lsp.documents import DocumentSession
+from lsp_server.lsp.scheduler import Superseded
 from lsp_server.nextedit.propagate import Propagator
 from lsp_server.nextedit.types import NextEdit, position
+
+log = logging.getLogger(__name__)
 
 NEXT_EDIT = "ditto/nextEdit"
 MAX_OTHERS = 8  # other open documents searched, most recently edited first
 MAX_OTHER_CHARS = 1 << 20  # larger ones are not searched (a proposal elsewhere is a rename's echo)
+REWRITE_CACHE = "nextedit"  # the engine's KV cache key of every model rewrite (module docstring)
 
 
 class NextEdits:
-    def __init__(self, documents: DocumentSession):
+    def __init__(self, documents: DocumentSession, service=None, settings=None):
         self.documents = documents
+        self.service = service  # the completion service (suggest.py): its scheduler and loaded model, for the rewrite
+        self._settings = settings or (lambda: None)
         self._newest: dict[str, int] = {}  # uri -> number of its newest request
-        self.counts = {"requests": 0, "proposed": 0, "none": 0, "stale": 0, "inline": 0}
+        self._rewriter = None  # (engine, Rewriter) of the loaded model, made on first use
+        self.counts = {"requests": 0, "proposed": 0, "none": 0, "stale": 0, "inline": 0, "model": 0,
+                       "without_model": 0}
 
     def closed(self, uri: str) -> None:
         self._newest.pop(uri, None)
@@ -59,7 +75,11 @@ class NextEdits:
         seq = self._newest[uri] = self._newest.get(uri, 0) + 1
         text, version, cursor, groups = found
         others = self._others(uri)
-        edit = await asyncio.to_thread(Propagator().propose, groups, uri, text, cursor, others, version)
+        try:
+            edit = await self._propose(uri, text, cursor, groups, others, version)
+        except Superseded:
+            c["stale"] += 1
+            return None
         now = self.documents.document(uri)
         if self._newest.get(uri) != seq or now is None or now.version != version:
             c["stale"] += 1
@@ -73,6 +93,46 @@ class NextEdits:
             return None
         c["proposed"] += 1
         return self._answer(edit, target)
+
+    async def _propose(self, uri, text, cursor, groups, others, version) -> NextEdit | None:
+        """The setting's proposer (module docstring)."""
+        settings = self._settings()
+        name = settings.next_edit_proposer if settings is not None else "propagate"
+        loader = self.service.loader if self.service is not None else None
+        if name == "propagate" or loader is None or not loader.ready:
+            self.counts["without_model"] += name != "propagate"
+            return await asyncio.to_thread(Propagator().propose, groups, uri, text, cursor, others, version)
+
+        def job(cancel):
+            proposer = self._model_proposer(name, loader.completer)
+            if proposer is None:
+                return False
+            return proposer.propose(groups, uri, text, cursor, others, version, cancel=cancel)
+
+        edit = await self.service.scheduler.run(f"nextedit:{uri}", job)
+        if edit is False:  # no local engine (a remote one), or a model without <|file_sep|>
+            self.counts["without_model"] += 1
+            return await asyncio.to_thread(Propagator().propose, groups, uri, text, cursor, others, version)
+        self.counts["model"] += 1
+        return edit
+
+    def _model_proposer(self, name: str, completer):
+        """On the model worker: `rewrite` or `both` on the loaded model's engine, or None without one."""
+        from lsp_server.nextedit.rewrite import Checked, Rewriter
+
+        engine = getattr(getattr(completer, "generator", None), "engine", None)
+        if engine is None:
+            return None
+        if self._rewriter is None or self._rewriter[0] is not engine:
+            try:
+                self._rewriter = (engine, Rewriter(engine.lm, engine, cache_key=REWRITE_CACHE))
+            except ValueError as err:  # the model has no <|file_sep|> token
+                log.warning("next-edit %s needs the model: %s; proposing by propagation", name, err)
+                self._rewriter = (engine, None)
+        rewriter = self._rewriter[1]
+        if rewriter is None:
+            return None
+        return rewriter if name == "rewrite" else Checked(Propagator(), rewriter)
 
     async def inline_item(self, uri: str, pos: types.Position) -> types.InlineCompletionItem | None:
         """The next edit as an inline completion item, where it lies on the cursor's line at or after the

@@ -48,7 +48,7 @@ class DittoServer(LanguageServer):
         self.client = Client(self)
         self.documents = DocumentSession(lambda: self.workspace, lambda: self.service.window_budget())
         self.service = CompletionService(self.documents, self.client, lambda: self.settings)
-        self.next_edits = NextEdits(self.documents)
+        self.next_edits = NextEdits(self.documents, self.service, lambda: self.settings)
 
     # -- settings ----------------------------------------------------------------------------
     def apply_settings(self, options, where: str, load: bool = True) -> None:

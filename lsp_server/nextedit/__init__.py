@@ -8,3 +8,8 @@
 docs/nextedit.md says how they work and what they measured. Left out on purpose: LSP (the server's
 `ditto/nextEdit` request calls a proposer with the document's history and text).
 """
+
+# The proposers by name (the server's `next_edit_proposer` setting, the benchmark's systems): edit propagation,
+# the model's rewrite of the places propagation looks at, and propagation's proposal checked by that rewrite.
+PROPOSERS = ("propagate", "rewrite", "both")
+DEFAULT_PROPOSER = "propagate"  # the one a user gets by default (docs/nextedit.md, "Off by default, because it does worse")

@@ -63,7 +63,7 @@ class Rewriter:
     FORMATS = ("chat", "repo")
 
     def __init__(self, lm, engine: Engine | None = None, *, draft: bool = True, candidates: int = CANDIDATES,
-                 format: str = "chat"):
+                 format: str = "chat", cache_key: str | None = None):
         if lm.fim is None or lm.fim.file_sep is None:
             raise ValueError(f"{lm.name} has no <|file_sep|> token: the rewrite's prompt needs one")
         self.lm = lm
@@ -74,6 +74,12 @@ class Rewriter:
             raise ValueError(f"unknown rewrite prompt format {format!r}: use one of {', '.join(self.FORMATS)}")
         self.format = format
         self.spent: list[dict] = []  # statistics of every rewrite run (the caller empties it when it wants to)
+        # The engine's KV cache the rewrites use: one per document (None), or this one key for all (the server:
+        # one slot of the engine's bounded cache, so that rewrites never push out the completions' caches).
+        self.cache_key = cache_key
+
+    def key_for(self, uri: str) -> str:
+        return self.cache_key or f"nextedit:{uri}"
 
     # -- the prompt ---------------------------------------------------------------------------
     def prompt(self, path: str, text: str, start: int, end: int, edit: Edit) -> tuple[list[int], str]:
@@ -167,7 +173,7 @@ class Rewriter:
         down = len(learnt) < 2 or learnt[0].start >= learnt[1].start
         spent: list[dict] = []
         for start, end in self.candidates(learnt[0], uri, text, cursor, down)[: self.candidates_at_most]:
-            got = self.rewrite(uri, text, start, end, learnt[0], cache_key=f"nextedit:{uri}", cancel=cancel)
+            got = self.rewrite(uri, text, start, end, learnt[0], cache_key=self.key_for(uri), cancel=cancel)
             spent.append(got.stats)
             edit = shown(got, uri, text, version)
             if edit is not None:
@@ -197,7 +203,7 @@ class Checked:
             return None
         start, end = line_at(doc, edit.start)[0], line_at(doc, edit.end)[1]
         start, end = region_of(doc, doc.count("\n", 0, start), doc.count("\n", 0, end))
-        got = self.rewriter.rewrite(edit.uri, doc, start, end, learnt[0], cache_key=f"nextedit:{edit.uri}",
+        got = self.rewriter.rewrite(edit.uri, doc, start, end, learnt[0], cache_key=self.rewriter.key_for(edit.uri),
                                     cancel=cancel)
         edit.stats = got.stats
         return edit if got.text == doc[start : edit.start] + edit.new_text + doc[edit.end : end] else None

@@ -172,3 +172,36 @@ def test_with_next_edit_off_neither_the_request_nor_the_inline_item_proposes():
         assert c.shutdown_and_exit() == 0
     finally:
         c.kill()
+
+
+@pytest.mark.parametrize("proposer", ["both", "rewrite"])
+def test_the_model_proposers_run_the_loaded_model_on_its_worker(proposer):
+    """`next_edit_proposer` both / rewrite: the request runs the model's rewrite (lsp_server/nextedit/rewrite.py) on
+    the server's engine. The tiny random model writes noise: `both` shows nothing where propagation alone would
+    (the check refuses it), `rewrite` shows only its own rewrite, if any."""
+    c = RawClient(["--model", "tiny-random", "--max-tokens", "4", "--next-edit-proposer", proposer],
+                  env={"OMP_NUM_THREADS": "1"})
+    try:
+        c.initialize({"maxTokens": 4})
+        c.wait_ready()
+        uri = "file:///tmp/next_edit_model.py"
+        c.open(uri, LINE_SRC)
+        text, version, cursor = type_rename(c, uri, LINE_SRC, 1, "KeepOpenFile", "KeepClosedFile")
+        pos = lsp_range(text, cursor, cursor)["start"]
+        e = next_edit(c, uri, pos["line"], pos["character"])["result"]
+        stats = c.stats()["next_edit"]
+        assert stats["model"] == 1 and stats["without_model"] == 0
+        if proposer == "both":
+            assert e is None  # propagation proposes `KeepClosedFile(None)`; the random model's rewrite is not that
+        else:
+            assert e is None or e["source"] == "rewrite"
+        # the inline item stays propagation's, at once
+        (item,) = inline_items(c, uri, text, cursor)
+        assert item["insertText"] == "(path) or KeepClosedFile(None)"
+        # back to propagation by a settings change: the proposal is there, and the model not asked
+        c.notify("workspace/didChangeConfiguration", {"settings": {"ditto": {"nextEditProposer": "propagate"}}})
+        e = next_edit(c, uri, pos["line"], pos["character"])["result"]
+        assert (e["newText"], e["source"]) == ("Closed", "propagate") and c.stats()["next_edit"]["model"] == 1
+        assert c.shutdown_and_exit() == 0
+    finally:
+        c.kill()

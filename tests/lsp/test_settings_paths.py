@@ -59,6 +59,7 @@ CHANGED = {
     "idle_prefill": (["--no-idle-prefill"], False),
     "whole_file": (["--whole-file"], True),
     "next_edit": (["--no-next-edit"], False),
+    "next_edit_proposer": (["--next-edit-proposer", "both"], "both"),
     "first_answer_s": (["--first-answer", "none"], None),
     "load_wait_s": (["--load-wait", "30"], 30.0),
     "index_memory_mb": (["--index-memory-mb", "16"], 16),

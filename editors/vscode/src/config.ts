@@ -33,6 +33,7 @@ export interface DittoSettings {
   adaptive: boolean;
   idlePrefill: boolean;
   wholeFile: boolean;
+  nextEditProposer: string;
   device: string;
   dtype: string;
   backend: string;
@@ -55,6 +56,9 @@ export interface DittoSettings {
 
 /** The server's drafter names (none, ngram, model, hybrid): package.json's enum for `ditto.drafter`. */
 export const DRAFTERS: readonly string[] = manifest.contributes.configuration.properties["ditto.drafter"].enum;
+/** The next-edit proposers (propagate, rewrite, both): package.json's enum for `ditto.nextEditProposer`. */
+export const PROPOSERS: readonly string[] =
+  manifest.contributes.configuration.properties["ditto.nextEditProposer"].enum;
 
 export const DEFAULTS: DittoSettings = {
   enable: true,
@@ -68,6 +72,7 @@ export const DEFAULTS: DittoSettings = {
   adaptive: true,
   idlePrefill: true,
   wholeFile: false,
+  nextEditProposer: "propagate",
   device: "auto",
   dtype: "auto",
   backend: "auto",
@@ -97,6 +102,7 @@ export const SERVER_KEYS = [
   "idlePrefill",
   "wholeFile",
   "nextEdit",
+  "nextEditProposer",
   "device",
   "dtype",
   "backend",
@@ -145,6 +151,7 @@ export function readSettings(get: Getter): DittoSettings {
   const tb = get("timeBudget");
   const fa = get("firstAnswerS");
   const drafter = get("drafter");
+  const proposer = get("nextEditProposer");
   const topP = get("topP");
   const seed = get("seed");
   return {
@@ -159,6 +166,8 @@ export function readSettings(get: Getter): DittoSettings {
     adaptive: bool(get("adaptive"), DEFAULTS.adaptive),
     idlePrefill: bool(get("idlePrefill"), DEFAULTS.idlePrefill),
     wholeFile: bool(get("wholeFile"), DEFAULTS.wholeFile),
+    nextEditProposer:
+      typeof proposer === "string" && PROPOSERS.includes(proposer) ? proposer : DEFAULTS.nextEditProposer,
     device: str(get("device"), DEFAULTS.device),
     dtype: str(get("dtype"), DEFAULTS.dtype),
     backend: str(get("backend"), DEFAULTS.backend),

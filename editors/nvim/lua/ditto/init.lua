@@ -20,7 +20,7 @@ M.name = 'ditto'
 M.server_options = {
   'model', 'device', 'dtype', 'backend', 'trust_remote_code', 'remote', 'drafter', 'draft_model', 'max_tokens',
   'context_tokens', 'snippets', 'draft_max', 'temperature', 'top_p', 'top_k', 'seed', 'time_budget_s', 'multiline', 'adaptive', 'idle_prefill',
-  'whole_file', 'next_edit',
+  'whole_file', 'next_edit', 'next_edit_proposer',
   'first_answer_s', 'load_wait_s', 'index_memory_mb',
 }
 
@@ -47,6 +47,7 @@ M.server_options = {
 ---@field adaptive? boolean Choose each draft's length from measured pass costs. Default true.
 ---@field idle_prefill? boolean Prefill the next prompt, and start its suggestion, while you pause. Default true.
 ---@field whole_file? boolean The whole file above the cursor from a warm KV per file, filled while you pause. Default false.
+---@field next_edit_proposer? string Who proposes the next edit: propagate (no model) | rewrite | both (the model; docs/nextedit.md). Default 'propagate'.
 ---@field first_answer_s? number|vim.NIL Answer at the first complete line, or after this many seconds of decoding (vim.NIL = wait for all). Default 1.
 ---@field load_wait_s? number Seconds a request made while the model loads waits for it (0 = none). Default 120.
 ---@field index_memory_mb? integer Memory for the drafter's index of the open buffers, in MB. Default 64.

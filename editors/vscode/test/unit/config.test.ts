@@ -32,6 +32,7 @@ test("settings become flat camelCase initializationOptions, client-only keys lef
     idlePrefill: true,
     wholeFile: false,
     nextEdit: true,
+    nextEditProposer: "propagate",
     device: "auto",
     dtype: "auto",
     backend: "auto",
