@@ -21,7 +21,8 @@ T(n) is the GPU check's `graphed_static` curve (best of 10, n = 1..16; equal to 
 shape at 9 rows within 0.5%). The result is labelled a projection everywhere it is written.
 
 Command: `python -m ditto_bench.projection RESULTS.json [MORE.json ...] [--gpu docs/perf/gpu/gpucheck.json]`
-(several runs are priced as one: their passes pooled per system).
+(several runs are priced as one: their passes pooled per system). Next-edit runs (`--mode next-edit`, with
+the model's proposers) are priced by `project_rewrites`: the model rewrites' passes, the region the draft.
 """
 
 from __future__ import annotations
@@ -96,6 +97,43 @@ def project(records: list[dict], gpu: dict) -> dict:
     return out
 
 
+def project_rewrites(records: list[dict], gpu: dict) -> dict:
+    """Per next-edit proposer that ran the model (`ditto-lsp bench --mode next-edit` records with `model`
+    statistics): its rewrites' decoding priced at the GPU's costs. A rewrite drafts at most 8 tokens of the
+    region a pass (lsp_server/nextedit/rewrite.py), so every pass runs the fixed shape of 9 rows and costs
+    T(9); plain decoding is a token a pass, at T(9) through the same shape or T(1) as a one-row graph. The
+    prompt's prefill is left out (one pass over the prompt, the same with or without the draft)."""
+    costs = gpu["costs_ms"]
+    t9, t1 = cost(costs, 9), cost(costs, 1)
+    out: dict = {"projection": True, "device": gpu.get("device"), "source": gpu.get("source"),
+                 "off_ms_per_token": {"off": t9, "off-1row": t1}, "proposers": {}}
+    for s in dict.fromkeys(r["system"] for r in records if r.get("model")):
+        ms = [r["model"] for r in records if r["system"] == s and r.get("model")]
+        tokens, passes = sum(m["generated"] for m in ms), sum(m["passes"] for m in ms)
+        if not passes:
+            continue
+        rewrites = sum(m.get("rewrites", 1) for m in ms)
+        out["proposers"][s] = {"requests": len(ms), "rewrites": rewrites, "tokens": tokens, "passes": passes,
+                               "tokens_per_pass": round(tokens / passes, 3), "rows": 9,
+                               "ms_per_rewrite": round(passes * t9 / rewrites, 2),
+                               "ms_per_rewrite_off": round(tokens * t9 / rewrites, 2),
+                               "ms_per_rewrite_off_1row": round(tokens * t1 / rewrites, 2),
+                               "vs_off": round(tokens / passes, 2), "vs_off_1row": round(tokens * t1 / (passes * t9), 2)}
+    return out
+
+
+def rewrites_markdown(p: dict) -> str:
+    head = ("| proposer | requests | rewrites | tokens / pass | decoding ms / rewrite | drafting off (9 rows) | "
+            "drafting off (1-row graph) | × off | × off 1-row |")
+    rows = [f"**A projection, not a measurement**: the rewrites' passes priced at the pass costs measured on "
+            f"{p.get('device') or 'a GPU'} ({p.get('source')}; ditto_bench/projection.py `project_rewrites`), "
+            "prefill left out.", "", head, "|" + "---|" * (head.count("|") - 1)]
+    for s, v in p["proposers"].items():
+        rows.append(f"| {s} | {v['requests']} | {v['rewrites']} | {v['tokens_per_pass']} | {v['ms_per_rewrite']} | "
+                    f"{v['ms_per_rewrite_off']} | {v['ms_per_rewrite_off_1row']} | {v['vs_off']} | {v['vs_off_1row']} |")
+    return "\n".join(rows)
+
+
 def table(p: dict) -> str:
     head = ("| system | tokens / pass | fixed shape rows | tree passes | drafting ms / pass (CPU) | ms / pass | "
             "tokens/s | × drafting off (9 rows) | × drafting off (1-row graph) |")
@@ -148,6 +186,10 @@ def main(argv: list[str] | None = None) -> int:
                 raise ValueError("--save-compact takes one RESULTS file")
             without = tuple(s for s in args.without.split(",") if s)
             args.save_compact.write_text(json.dumps(compact(runs[0], without), separators=(",", ":")) + "\n")
+            return 0
+        if all("records" in run for run in runs):  # next-edit runs: the model rewrites' passes
+            p = project_rewrites([r for run in runs for r in run["records"]], gpu_costs(args.gpu))
+            print(json.dumps(p, indent=1) if args.json else rewrites_markdown(p))
             return 0
         p = project([r for run in runs for r in run["tasks"]], gpu_costs(args.gpu))
     except (OSError, ValueError, KeyError) as err:

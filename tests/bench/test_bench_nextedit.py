@@ -138,3 +138,30 @@ def test_the_command_writes_results(repo, tmp_path, capsys):
     assert results["summary"]["propagate"]["repeated"]["exact"] == 1
     assert "| propagate (default) | repeated |" in (out / "report.md").read_text()
     assert "| propagate (default) | all |" in capsys.readouterr().out
+
+
+def test_the_rewrites_passes_are_priced_at_the_gpus_costs(tmp_path):
+    """`python -m ditto_bench.projection` on a next-edit run: the model rewrites' passes at T(9) each
+    (region drafts of up to 8 tokens), against a token a pass at T(9) and at T(1)."""
+    import json
+
+    from ditto_bench.projection import main, project_rewrites
+
+    gpu = {"device": "G", "source": "g.json", "costs_ms": {1: 5.0, 9: 6.0, 16: 8.0}}
+    records = [
+        {"system": "propagate", "case": "a"},
+        {"system": "rewrite", "case": "a", "model": {"rewrites": 2, "generated": 30, "passes": 12}},
+        {"system": "rewrite", "case": "b", "model": {"rewrites": 1, "generated": 10, "passes": 4}},
+        {"system": "rewrite", "case": "c"},  # nothing to rewrite there
+    ]
+    p = project_rewrites(records, gpu)["proposers"]
+    assert list(p) == ["rewrite"]
+    r = p["rewrite"]
+    assert (r["requests"], r["rewrites"], r["tokens"], r["passes"]) == (2, 3, 40, 16)
+    assert r["tokens_per_pass"] == 2.5 and r["vs_off"] == 2.5
+    assert r["ms_per_rewrite"] == round(16 * 6.0 / 3, 2) and r["ms_per_rewrite_off"] == 80.0
+    assert r["ms_per_rewrite_off_1row"] == round(40 * 5.0 / 3, 2) and r["vs_off_1row"] == round(200 / 96, 2)
+    run, costs = tmp_path / "results.json", tmp_path / "gpu.json"
+    run.write_text(json.dumps({"records": records}))
+    costs.write_text(json.dumps({"1": 5.0, "9": 6.0}))
+    assert main([str(run), "--gpu", str(costs)]) == 0
