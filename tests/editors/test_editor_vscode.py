@@ -103,7 +103,8 @@ def test_vscode_next_edit_tab_jumps_tab_applies_escape_dismisses(tmp_path):
     """A rename typed at a class's definition; the next edit the server proposes shows as struck
     old text with the new text after it, Tab moves the cursor to it, Tab applies exactly it and
     puts the cursor where the server said; the edit after it is dismissed with Escape, nothing
-    changes, and Tab then indents as Tab does."""
+    changes, and Tab then indents as Tab does. Then the cursor's own line: a name renamed at the first
+    of its two uses there, the server's inline item is drawn and Tab makes the edit at the second."""
     why = cannot_run()
     if why:
         pytest.skip(f"cannot run {E2E.relative_to(ROOT)}: {why}")
@@ -120,8 +121,10 @@ def test_vscode_next_edit_tab_jumps_tab_applies_escape_dismisses(tmp_path):
     # one Tab applied, the one after it (shown, dismissed), and, after Tab indents, maybe that again.
     events = logged(shots)
     kinds = [k for k, _ in events]
-    assert kinds.count("applied") == 1 and kinds.count("dismissed") == 1, kinds
-    i, j = kinds.index("applied"), kinds.index("dismissed")
+    assert kinds.count("dismissed") == 1, kinds
+    j = kinds.index("dismissed")
+    assert kinds[:j].count("applied") == 1, kinds
+    i = kinds.index("applied")
     first = events[i][1]
     assert events[i - 1] == ("shown", first)  # the edit applied is the one shown last before it
     assert kinds[i + 1:j] == ["shown"], kinds  # and one more shown, the one dismissed
@@ -146,3 +149,13 @@ def test_vscode_next_edit_tab_jumps_tab_applies_escape_dismisses(tmp_path):
     line, col = r["cursor_dismissed"][0] - 1, r["cursor_dismissed"][1] - 1
     at = offset(r["applied"], {"line": line, "character": col})
     assert r["after_tab"] == r["applied"][:at] + " " * (4 - col % 4) + r["applied"][at:]
+    # the cursor's line: `OpenMode` renamed at the first of two uses; the server's inline item (a range
+    # replacing the rest of the line, no insertion) is left to the next edit, which shows the same change
+    # at the second use; Tab goes there, Tab makes it
+    assert "    return ClosedMode(path) or OpenMode(None)\n" in r["line_typed"], r["line_typed"]
+    log = "".join(p.read_text(encoding="utf-8") for p in shots.glob("Ditto*.log"))
+    assert "inline item replacing text after the cursor, not drawable as ghost text" in log
+    assert r["line_shown"]["struck"] == "Open" and r["line_shown"]["after"] == ["Closed"] and not r["line_shown"]["ghost"]
+    assert r["line_after"] == r["line_typed"].replace("ClosedMode(path) or OpenMode(None)",
+                                                      "ClosedMode(path) or ClosedMode(None)"), r["line_shown"]
+    assert kinds[j + 1:].count("applied") == 1 and events[-1][1]["newText"] == "Closed", kinds

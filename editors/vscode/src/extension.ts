@@ -28,6 +28,7 @@ import { ProgressValue, progressView, stateView, statsView, StatusView } from ".
 import { classify, Level } from "./serverlog";
 import { renderTraceHtml } from "./trace";
 import { NextEdits } from "./nextedit";
+import { ghostDrawable } from "./nexteditLogic";
 import * as readline from "node:readline";
 
 const STATS_POLL_MS = 5000;
@@ -127,7 +128,8 @@ class Ditto implements vscode.Disposable {
       middleware: {
         provideInlineCompletionItems: async (document, position, context, token, next) => {
           if (!this.settings.enable) return null;
-          const result = await next(document, position, context, token);
+          let result = await next(document, position, context, token);
+          result = this.drawable(document, position, result);
           const items = Array.isArray(result) ? result.length : (result?.items.length ?? 0);
           if (!token.isCancellationRequested) this.nextEdits.sawInline(document, position, items);
           this.lastCompletedUri = document.uri;
@@ -283,6 +285,32 @@ class Ditto implements vscode.Disposable {
   private stopPolling(): void {
     if (this.pollTimer) clearInterval(this.pollTimer);
     this.pollTimer = undefined;
+  }
+
+  /**
+   * The inline answer less the items VS Code cannot draw as ghost text: the server's item that makes the
+   * next edit on the cursor's line replaces text after the cursor (lsp_server/lsp/nextedit.py
+   * `inline_item`); where that is no insertion, it is dropped here, so that no ghost text is taken to be
+   * shown and the next edit (nextedit.ts) shows the same edit its own way.
+   */
+  private drawable(
+    document: vscode.TextDocument,
+    position: vscode.Position,
+    result: vscode.InlineCompletionItem[] | vscode.InlineCompletionList | null | undefined,
+  ): vscode.InlineCompletionItem[] | vscode.InlineCompletionList | null | undefined {
+    const items = Array.isArray(result) ? result : result?.items;
+    if (!items) return result;
+    const kept = items.filter((it) => {
+      const r = it.range;
+      if (!r || r.end.line !== position.line || !r.end.isAfter(position) || r.start.isAfter(position)) return true;
+      const text = typeof it.insertText === "string" ? it.insertText : it.insertText.value;
+      const typed = document.getText(new vscode.Range(r.start, position));
+      const after = text.startsWith(typed) ? text.slice(typed.length) : text;
+      return ghostDrawable(document.getText(new vscode.Range(position, r.end)), after);
+    });
+    if (kept.length === items.length) return result;
+    this.log.info(`inline item replacing text after the cursor, not drawable as ghost text: left to the next edit`);
+    return Array.isArray(result) ? kept : new vscode.InlineCompletionList(kept);
   }
 
   private refreshStatsSoon(delayMs = 300): void {

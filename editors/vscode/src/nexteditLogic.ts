@@ -81,3 +81,16 @@ export function offScreenHint(e: NextEditAnswer, fileName?: string): string {
 export function onScreen(line: number, visible: { start: number; end: number }[]): boolean {
   return visible.some((r) => line >= r.start && line <= r.end);
 }
+
+/**
+ * Whether VS Code can draw an inline completion item that replaces `replaced` (the text from the
+ * cursor to the item's range end) with `text` (its text after the cursor) as ghost text: only
+ * insertions around the replaced text, which stays in it in order. The server's item that makes the
+ * next edit on the cursor's line (lsp_server/lsp/nextedit.py `inline_item`) replaces text; where VS
+ * Code cannot draw it, the extension drops it and the next edit shows it instead (extension.ts).
+ */
+export function ghostDrawable(replaced: string, text: string): boolean {
+  let i = 0;
+  for (const ch of text) if (i < replaced.length && ch === replaced[i]) i++;
+  return i === replaced.length;
+}

@@ -1,7 +1,7 @@
 import { test } from "node:test";
 import assert from "node:assert/strict";
 
-import { NextEditAnswer, offScreenHint, onScreen, parseAnswer, shownNewText, staleness, tabAction } from "../../src/nexteditLogic";
+import { ghostDrawable, NextEditAnswer, offScreenHint, onScreen, parseAnswer, shownNewText, staleness, tabAction } from "../../src/nexteditLogic";
 
 // The shape lsp_server/lsp/nextedit.py answers (tests/lsp/test_next_edit.py checks the server side).
 const ANSWER: NextEditAnswer = {
@@ -54,4 +54,12 @@ test("the texts shown: the new text on one line, the off-screen hint, what is on
   assert.equal(offScreenHint(ANSWER, "b.py"), "  » next edit at b.py:9 (Tab)");
   assert.equal(onScreen(8, [{ start: 0, end: 7 }]), false);
   assert.equal(onScreen(8, [{ start: 0, end: 3 }, { start: 8, end: 20 }]), true);
+});
+
+test("an item is ghost text only where it inserts around the text it replaces", () => {
+  assert.equal(ghostDrawable("", "anything"), true); // a plain insertion
+  assert.equal(ghostDrawable(")", "x, y)"), true); // an argument typed before a closing bracket
+  assert.equal(ghostDrawable("(path) or KeepOpenFile(None)", "(path) or _KeepOpenFile(None)"), true);
+  assert.equal(ghostDrawable("(path) or OpenMode(None)", "(path) or ClosedMode(None)"), false); // "O" replaced
+  assert.equal(ghostDrawable("abc", "ab"), false); // a deletion
 });
