@@ -1,6 +1,7 @@
 """What the user's edit was: the newest edit groups near one another, and the token-level changes in them.
 
-The newest edit group (history.py) and the other recent groups near it are one `Edit`: the text around
+The newest edit group (history.py) and the other recent groups near it (within `NEAR` characters and
+`NEAR_LINES` lines of it or of one another) are one `Edit`: the text around
 them before and after is split into lexical tokens (`\\w+` or one other character) and diffed, and
 every run of tokens that changed is a `Change`: the tokens removed and added, the characters between the
 unchanged tokens on either side (the region, blanks included) with the smallest edit inside it, up to
@@ -25,7 +26,8 @@ from lsp_server.nextedit.history import EditGroup
 TOKEN = re.compile(r"\w+|[^\w\s]")
 CONTEXT = 6  # unchanged tokens kept (and compared) on each side of a change
 WINDOW = 200  # characters lexed on each side of an edit or a place (CONTEXT tokens fit easily)
-NEAR = 400  # older groups this close to the newest one are part of the same edit
+NEAR = 400  # older groups this close to the newest one (characters) ...
+NEAR_LINES = 2  # ... and at most this many lines from it, or from another group of it, are part of the same edit
 MAX_REGION = 4000  # an edit group with more text than this teaches nothing (a paste)
 MAX_TOKENS = 12  # a change removing or adding more tokens is new code, not a substitution
 PLAIN = frozenset(keyword.kwlist) | frozenset(keyword.softkwlist) | {"self", "cls", "this", "def", "return"}
@@ -96,12 +98,31 @@ def edits(groups: list[EditGroup], text: str, most: int) -> list[Edit]:
     kinds = Kinds(text)
     while pending and len(out) < most:
         newest = pending[-1]
-        near = [x for x in pending if x.start >= newest.start - NEAR and x.end <= newest.end + NEAR]
+        near = _near(newest, pending, text)
         pending = [x for x in pending if x not in near]
         edit = learn(near, text, len(out), kinds)
         if edit is not None:
             out.append(edit)
     return out
+
+
+def _near(newest: EditGroup, pending: list[EditGroup], text: str) -> list[EditGroup]:
+    """The groups of one edit: the newest, and the others within `NEAR` characters of it that are at most
+    `NEAR_LINES` lines from it or from another group taken (two arguments changed on one line, a block of
+    lines rewritten). An older change further down is another edit (the user's previous rename, a next
+    edit they applied), however few characters away."""
+    lines = {id(x): (text.count("\n", 0, x.start), text.count("\n", 0, x.end)) for x in pending}
+    taken, lo, hi = [newest], *lines[id(newest)]
+    grew = True
+    while grew:
+        grew = False
+        for x in pending:
+            a, b = lines[id(x)]
+            if (x not in taken and x.start >= newest.start - NEAR and x.end <= newest.end + NEAR
+                    and a <= hi + NEAR_LINES and b >= lo - NEAR_LINES):
+                taken.append(x)
+                lo, hi, grew = min(lo, a), max(hi, b), True
+    return [x for x in pending if x in taken]
 
 
 def learn(near: list[EditGroup], text: str, index: int = 0, kinds: "Kinds | None" = None) -> Edit | None:

@@ -170,3 +170,19 @@ def test_a_history_the_text_does_not_agree_with_teaches_nothing():
     h = EditHistory()
     h.record(0, 3, "bar", "foo")
     assert Propagator().propose(h.groups(), "a.py", "xyz = foo\n", 3) is None
+
+
+def test_an_older_edit_a_few_lines_up_is_another_edit():
+    """An argument added, then a rename a few lines below (within a few hundred characters): the rename
+    is learnt alone, so its next place on its own line is proposed (as one edit with the argument, a
+    line would need both changes)."""
+    text = ("def first(path):\n    value = read_config(path)\n    return value\n\n\n"
+            "def second(path):\n    return OpenMode(path) or OpenMode(None)\n")
+    d = Doc(text)
+    d.type(text.index("path)\n    return value") + len("path"), ", timeout")
+    i = d.text.index("OpenMode")
+    d.change(i, i + len("OpenMode"), "")
+    d.type(i, "ClosedMode")
+    e = propose(d)
+    assert e is not None and "ClosedMode" in e.why
+    assert applied(d, e).endswith("    return ClosedMode(path) or ClosedMode(None)\n")

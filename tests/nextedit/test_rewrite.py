@@ -113,9 +113,14 @@ class FakeRewriter:
 
     def __init__(self, write):
         self.write = write
+        self.keys = []  # the KV cache keys it was asked to rewrite in
 
     def rewrite(self, path, text, start, end, edit, cache_key=None, cancel=None):
+        self.keys.append(cache_key)
         return Rewritten(start, end, text[start:end], self.write(text[start:end]), {"ms": 1.0})
+
+    def key_for(self, uri):
+        return f"one cache for {uri}"
 
 
 def test_propagation_is_shown_only_where_the_model_writes_it_too():
@@ -124,6 +129,7 @@ def test_propagation_is_shown_only_where_the_model_writes_it_too():
     agree = Checked(Propagator(), FakeRewriter(lambda region: region.replace("read_file", "load_file")))
     e = agree.propose(d.h.groups(), "a.py", d.text, cursor)
     assert e is not None and "return load_file(path)" in e.apply(d.text)
+    assert agree.rewriter.keys == ["one cache for a.py"]  # the rewriter's own cache key (the server: one for all)
     disagree = Checked(Propagator(), FakeRewriter(lambda region: region))
     assert disagree.propose(d.h.groups(), "a.py", d.text, cursor) is None
 
