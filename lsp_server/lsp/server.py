@@ -6,7 +6,7 @@
 |---|---|---|
 | `documents`: the document session | documents.py | open documents, line tables, per-file state, traces, snapshots, the change queue |
 | `service`: the completion service | suggest.py | the model worker (scheduler.py), loading (loading.py), idle work (idle.py), counters (stats.py) |
-| `next_edits`: `ditto/nextEdit` | nextedit.py | the newest request per document, its counts (the edit histories are the session's) |
+| `next_edits`: `ditto/nextEdit`, the cursor line's inline item | nextedit.py | the newest request per document, its counts, the model rewriter (run on the service's worker; the edit histories are the session's) |
 | `client`: what the parts say to the client | errors.py | the one error path, notifications, `$/progress` |
 | the LSP methods, one function each | handlers.py | nothing: thin calls into the parts |
 | pygls workarounds (invalid params, edits, a second `initialize`) | protocol.py | the wire |
