@@ -254,6 +254,10 @@ async function main() {
       return c && c[1] !== report.line_shown.cursor[1] ? c : null;
     });
     await page.keyboard.press("Tab");
+    await waitFor("the edit on the line to apply (the cursor moves)", 10000, async () => {
+      const c = await cursor();
+      return c && c[1] !== report.line_jumped[1] ? c : null;
+    });
     report.line_after = await save(report.line_typed);
     log(`Tab, Tab: ${visible(report.line_after.split("\n")[pairRow])}`);
     await shot("ne-7-line-applied.png");
