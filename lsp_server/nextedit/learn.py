@@ -111,18 +111,20 @@ def _near(newest: EditGroup, pending: list[EditGroup], text: str) -> list[EditGr
     `NEAR_LINES` lines from it or from another group taken (two arguments changed on one line, a block of
     lines rewritten). An older change further down is another edit (the user's previous rename, a next
     edit they applied), however few characters away."""
-    lines = {id(x): (text.count("\n", 0, x.start), text.count("\n", 0, x.end)) for x in pending}
-    taken, lo, hi = [newest], *lines[id(newest)]
+    close = [x for x in pending if x.start >= newest.start - NEAR and x.end <= newest.end + NEAR]
+    base = min(x.start for x in close)  # lines counted from here: within 2 * NEAR characters, not the document
+    lines = {id(x): (text.count("\n", base, x.start), text.count("\n", base, x.end)) for x in close}
+    taken = {id(newest)}
+    lo, hi = lines[id(newest)]
     grew = True
     while grew:
         grew = False
-        for x in pending:
+        for x in close:
             a, b = lines[id(x)]
-            if (x not in taken and x.start >= newest.start - NEAR and x.end <= newest.end + NEAR
-                    and a <= hi + NEAR_LINES and b >= lo - NEAR_LINES):
-                taken.append(x)
+            if id(x) not in taken and a <= hi + NEAR_LINES and b >= lo - NEAR_LINES:
+                taken.add(id(x))
                 lo, hi, grew = min(lo, a), max(hi, b), True
-    return [x for x in pending if x in taken]
+    return [x for x in pending if id(x) in taken]
 
 
 def learn(near: list[EditGroup], text: str, index: int = 0, kinds: "Kinds | None" = None) -> Edit | None:
