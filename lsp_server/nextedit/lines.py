@@ -9,7 +9,11 @@ it left as they were, are a template:
   are siblings), that word kept where the user's new line has it;
 - lines deleted: a place is a run of lines equal to them, deleted there too (not where the lines
   leave a bracket open or close one they did not open: that is the first step of a bigger change);
-- lines only inserted: no template (nothing tells where else they would go).
+- lines only inserted: a place is where the two lines around the user's inserted lines stand together
+  again (blanks at the line starts aside; each line more than trivial: `MIN_ANCHOR` characters), at
+  most `MAX_ANCHORED` times; the lines go in between, indented as the line below them there (a
+  parameter added to two signatures, a keyword argument to two calls that share their neighbours).
+  Elsewhere nothing tells where they would go.
 A template names something (`informative`) and has three tokens at least; its places are in the same
 kind of text (code, comment, string) as the edit, and a template whose lines stand more than
 `MAX_SAME` times elsewhere proposes none of them (a common statement: which one is meant is a guess). This catches what token changes cannot: an
@@ -30,6 +34,8 @@ MAX_LINES = 8  # templates of more lines are new code
 MIN_TOKENS = 3
 MAX_SAME = 9  # lines that stand more often than this are a common statement, proposed nowhere
 MAX_SIBLINGS = 8  # a template with more sibling lines than this proposes none of them
+MIN_ANCHOR = 4  # characters (blanks aside) of each line around inserted lines, to find where they go again
+MAX_ANCHORED = 3  # inserted lines whose neighbours stand together more often than this propose none
 # Words a sibling line may not differ in: keywords and builtin types are one of many, not a family.
 COMMON = PLAIN | BUILTINS
 WORD = re.compile(r"\w+")
@@ -61,7 +67,7 @@ def line_places(edit: Edit, uri: str, text: str, kinds: Kinds) -> list[Place]:
     """The places of `text` where the edit's template applies (module docstring)."""
     found = template(edit)
     if found is None:
-        return []
+        return _inserted(edit, uri, text, kinds)
     old, new = found
     offset = edit.line_start + _line_offset(edit, old)
     kind = kinds.at(offset + len(_indent(old[0])))
@@ -102,6 +108,42 @@ def line_places(edit: Edit, uri: str, text: str, kinds: Kinds) -> list[Place]:
         if len(siblings) <= MAX_SIBLINGS:  # more: the line is a common shape, not a family the user is going through
             out += siblings
     return out
+
+
+def _inserted(edit: Edit, uri: str, text: str, kinds: Kinds) -> list[Place]:
+    """The places of lines the edit only inserted: between the same two lines as the user's (module docstring)."""
+    old, new = list(edit.old_lines), list(edit.new_lines)
+    top = 0
+    while old and new and old[0] == new[0]:
+        old.pop(0), new.pop(0)
+        top += 1
+    while old and new and old[-1] == new[-1]:
+        old.pop(), new.pop()
+    if old or not new or len(new) > MAX_LINES:
+        return []
+    tokens = TOKEN.findall("\n".join(new))
+    if len(tokens) < MIN_TOKENS or not informative(tokens):
+        return []
+    start = edit.line_start + sum(len(x) + 1 for x in edit.new_lines[:top])  # the first inserted line
+    end = start + sum(len(x) + 1 for x in new)  # the line below them
+    if start == 0 or end >= len(text):
+        return []
+    above = text[text.rfind("\n", 0, start - 1) + 1 : start - 1]
+    below = text[end : len(text) if text.find("\n", end) < 0 else text.find("\n", end)]
+    if min(len(above.strip()), len(below.strip())) < MIN_ANCHOR:
+        return []
+    base = _indent(below)
+    kind = kinds.at(end + len(base))  # where the line below stands, here and at a place (the lines are not there)
+    pattern = re.compile(r"(?m)^[ \t]*" + re.escape(above.strip()) + r"[ \t]*\n([ \t]*)" + re.escape(below.strip()) +
+                         r"[ \t]*$")
+    out = []
+    for m in pattern.finditer(text):
+        at = m.start(1)
+        if kinds.at(at + len(m.group(1))) != kind:
+            continue
+        lines = "".join(_reindent(x, base, m.group(1)) + "\n" for x in new)
+        out.append(Place(uri, at, at, lines, None, why="insert lines: " + " / ".join(x.strip() for x in new)[:80]))
+    return out if len(out) <= MAX_ANCHORED else []
 
 
 def literal(token: str) -> bool:

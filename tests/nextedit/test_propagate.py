@@ -112,6 +112,38 @@ def test_deleted_lines_are_deleted_where_they_stand_again():
     assert applied(d, e) == "def a():\n    return 1\n\n\ndef b():\n    return 2\n"
 
 
+CALLS = """def make(a, b):
+    return Config(
+        name=a,
+        path=b,
+    )
+
+
+class Factory:
+    def make(self, a, b):
+        return Config(
+            name=a,
+            path=b,
+        )
+"""
+
+
+def test_inserted_lines_go_where_their_neighbours_stand_together_again():
+    d = Doc(CALLS)
+    d.type(d.text.index("        path=b"), "        strict=True,\n")  # typed at the start of the line below
+    e = propose(d)
+    assert e.why.startswith("insert lines")
+    assert applied(d, e) == CALLS.replace("name=a,\n", "name=a,\n        strict=True,\n", 1).replace(
+        "            path=b,", "            strict=True,\n            path=b,")  # indented as the line below there
+
+
+def test_inserted_lines_whose_neighbours_stand_together_often_go_nowhere():
+    block = "    return Config(\n        name=a,\n        path=b,\n    )\n"
+    d = Doc("".join(f"def make{i}(a, b):\n{block}\n\n" for i in range(5)))  # the user's place and four more
+    d.type(d.text.index("        path=b"), "        strict=True,\n")
+    assert propose(d) is None
+
+
 def test_new_code_and_a_one_off_fix_propose_nothing():
     text = "import os\n\n\ndef f(x):\n    return x\n\n\ndef g(y):\n    return y\n"
     d = Doc(text)
