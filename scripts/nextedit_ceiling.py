@@ -4,7 +4,7 @@
 
 - the repeated cases whose commit made the user's exact token-level changes again at a remaining unit
   (the ceiling a proposer that knew the place could reach), or a part of them;
-- its proposals by kind (line template, sibling line, deleted lines, token changes; in another
+- its proposals by kind (line template, sibling line, deleted lines, inserted lines, token changes; in another
   document), right and wrong over all cases;
 - of its wrong proposals in the document, those where another place it found would have been exact
   (what a better choice among its places could win), those at a line the commit changed (location
@@ -21,7 +21,7 @@ from lsp_server.nextedit import propagate as P
 
 
 def kind_of(why: str, other: bool) -> str:
-    k = next((k for k in ("lines", "sibling", "delete") if why.startswith(k)), "token")
+    k = next((k for k in ("lines", "sibling", "delete", "insert") if why.startswith(k)), "token")
     return k + (" (other document)" if other else "")
 
 
