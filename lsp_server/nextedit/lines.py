@@ -45,14 +45,23 @@ def _indent(line: str) -> str:
     return line[: len(line) - len(line.lstrip(" \t"))]
 
 
+def _trimmed(edit: Edit) -> tuple[list[str], list[str], int]:
+    """(old lines, new lines) of the edit less the lines it left as they were at either end, and how many
+    were left at the start."""
+    old, new = list(edit.old_lines), list(edit.new_lines)
+    top = 0
+    while old and new and old[0] == new[0]:
+        old.pop(0), new.pop(0)
+        top += 1
+    while old and new and old[-1] == new[-1]:
+        old.pop(), new.pop()
+    return old, new, top
+
+
 def template(edit: Edit) -> tuple[list[str], list[str]] | None:
     """(old lines, new lines) of the edit, less the lines it left as they were at either end; None when
     it is no template (module docstring)."""
-    old, new = list(edit.old_lines), list(edit.new_lines)
-    while old and new and old[0] == new[0]:
-        old.pop(0), new.pop(0)
-    while old and new and old[-1] == new[-1]:
-        old.pop(), new.pop()
+    old, new, _ = _trimmed(edit)
     if not old or max(len(old), len(new)) > MAX_LINES or not any(line.strip() for line in old):
         return None
     tokens = TOKEN.findall("\n".join(old))
@@ -112,13 +121,7 @@ def line_places(edit: Edit, uri: str, text: str, kinds: Kinds) -> list[Place]:
 
 def _inserted(edit: Edit, uri: str, text: str, kinds: Kinds) -> list[Place]:
     """The places of lines the edit only inserted: between the same two lines as the user's (module docstring)."""
-    old, new = list(edit.old_lines), list(edit.new_lines)
-    top = 0
-    while old and new and old[0] == new[0]:
-        old.pop(0), new.pop(0)
-        top += 1
-    while old and new and old[-1] == new[-1]:
-        old.pop(), new.pop()
+    old, new, top = _trimmed(edit)
     if old or not new or len(new) > MAX_LINES:
         return []
     tokens = TOKEN.findall("\n".join(new))
@@ -143,7 +146,9 @@ def _inserted(edit: Edit, uri: str, text: str, kinds: Kinds) -> list[Place]:
             continue
         lines = "".join(_reindent(x, base, m.group(1)) + "\n" for x in new)
         out.append(Place(uri, at, at, lines, None, why="insert lines: " + " / ".join(x.strip() for x in new)[:80]))
-    return out if len(out) <= MAX_ANCHORED else []
+        if len(out) > MAX_ANCHORED:
+            return []  # neighbours that stand together this often are a common shape: which place is meant is a guess
+    return out
 
 
 def literal(token: str) -> bool:
