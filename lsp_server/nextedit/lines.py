@@ -141,10 +141,12 @@ def _inserted(edit: Edit, uri: str, text: str, kinds: Kinds) -> list[Place]:
                          r"[ \t]*$")
     out = []
     for m in pattern.finditer(text):
-        at = m.start(1)
-        if kinds.at(at + len(m.group(1))) != kind:
+        if kinds.at(m.start(1) + len(m.group(1))) != kind:
             continue
-        lines = "".join(_reindent(x, base, m.group(1)) + "\n" for x in new)
+        # At the end of the line above, each line after a break: editors draw that as new lines below it
+        # (an insertion at the start of the line below would be drawn on that line, before its text).
+        at = m.start(1) - 1
+        lines = "".join("\n" + _reindent(x, base, m.group(1)) for x in new)
         out.append(Place(uri, at, at, lines, None, why="insert lines: " + " / ".join(x.strip() for x in new)[:80]))
         if len(out) > MAX_ANCHORED:
             return []  # neighbours that stand together this often are a common shape: which place is meant is a guess

@@ -133,6 +133,8 @@ def test_inserted_lines_go_where_their_neighbours_stand_together_again():
     d.type(d.text.index("        path=b"), "        strict=True,\n")  # typed at the start of the line below
     e = propose(d)
     assert e.why.startswith("insert lines")
+    # At the end of the line above, as new lines after it (how editors draw new lines below a line).
+    assert e.start == e.end and d.text[e.start] == "\n" and e.new_text == "\n            strict=True,"
     assert applied(d, e) == CALLS.replace("name=a,\n", "name=a,\n        strict=True,\n", 1).replace(
         "            path=b,", "            strict=True,\n            path=b,")  # indented as the line below there
 
