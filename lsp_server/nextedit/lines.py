@@ -144,8 +144,8 @@ def _inserted(edit: Edit, uri: str, text: str, kinds: Kinds) -> list[Place]:
         if kinds.at(m.start(1) + len(m.group(1))) != kind:
             continue
         # At the end of the line above, each line after a break: the Neovim plugin draws a proposal's lines
-        # after its first as virtual lines below it (editors/nvim/lua/ditto/nextedit.lua); an insertion at the
-        # start of the line below would be drawn on that line, before its text.
+        # after its first as virtual lines below it (tests/editors/test_editor_nvim_next_edit.py); an insertion
+        # at the start of the line below would be drawn on that line, before its text.
         at = m.start(1) - 1
         lines = "".join("\n" + _reindent(x, base, m.group(1)) for x in new)
         out.append(Place(uri, at, at, lines, None, why="insert lines: " + " / ".join(x.strip() for x in new)[:80]))

@@ -117,12 +117,20 @@ local function main()
     report.stats = request(client, 'ditto/stats', {})
     return
   end
-  -- Type the rename at the class's definition: the name changed word-wise, as a user does.
-  vim.api.nvim_win_set_cursor(0, { 1, 6 })
-  vim.api.nvim_input('ciwLazyFile<Esc>')
-  wait_for('normal mode after the rename', 5000, function()
-    return vim.api.nvim_get_mode().mode == 'n' and lines()[1] == 'class LazyFile:'
-  end)
+  if mode == 'insert' then
+    -- A keyword argument added on a line of its own, below line DITTO_TEST_GHOST_LINE, in the first
+    -- of two calls whose lines around it are the same.
+    local row = tonumber(vim.env.DITTO_TEST_GHOST_LINE)
+    vim.api.nvim_buf_set_lines(0, row, row, true, { '        strict=True,' })
+    vim.api.nvim_win_set_cursor(0, { row + 1, 0 })
+  else
+    -- Type the rename at the class's definition: the name changed word-wise, as a user does.
+    vim.api.nvim_win_set_cursor(0, { 1, 6 })
+    vim.api.nvim_input('ciwLazyFile<Esc>')
+    wait_for('normal mode after the rename', 5000, function()
+      return vim.api.nvim_get_mode().mode == 'n' and lines()[1] == 'class LazyFile:'
+    end)
+  end
   report.before = lines()
   report.cursor_before = cursor()
   if mode == 'off' then
@@ -142,11 +150,15 @@ local function main()
   report.marks = {}
   for _, m in ipairs(shown) do
     local d = m[4]
-    local virt = {}
+    local virt, below = {}, {}
     for _, chunk in ipairs(d.virt_text or {}) do virt[#virt + 1] = chunk[1] end
+    for _, vl in ipairs(d.virt_lines or {}) do
+      below[#below + 1] = table.concat(vim.tbl_map(function(chunk) return chunk[1] end, vl))
+    end
     table.insert(report.marks, {
       row = m[2], col = m[3], end_row = d.end_row, end_col = d.end_col, hl_group = d.hl_group,
       virt_text = table.concat(virt), virt_text_pos = d.virt_text_pos, sign_text = d.sign_text,
+      virt_lines = below,
     })
   end
   if mode == 'dismiss' then
@@ -309,6 +321,39 @@ def test_a_typed_rename_is_proposed_at_the_next_place_tab_jumps_and_tab_applies(
     assert r["cursor_after"] == [c["line"] + 1, byte_col(r["after"][c["line"]], c["character"])]
     assert s["line"] not in r["mark_rows_after"]  # its marks gone (the next place's may come)
     assert r["counts"]["jumped"] == 1 and r["counts"]["applied"] == 1
+
+
+CALLS = """def make(a, b):
+    return Config(
+        name=a,
+        path=b,
+    )
+
+
+class Factory:
+    def make(self, a, b):
+        return Config(
+            name=a,
+            path=b,
+        )
+"""
+
+
+def test_lines_inserted_are_proposed_as_new_lines_below_the_line_above_and_tab_tab_inserts_them(tmp_path):
+    require(NVIM_012)
+    r = run(NVIM_012, "insert", tmp_path, source=CALLS, ghost_line=3)  # below `name=a,` of the first call
+    e = r["answer"]["result"]
+    assert e["why"].startswith("insert lines") and e["oldText"] == "", e
+    at = e["range"]["start"]
+    assert e["range"]["end"] == at and at["line"] == 11 and at["character"] == len("            name=a,")
+    # Drawn as a new line below the second call's `name=a,`, nothing on that line itself.
+    new = [m for m in r["marks"] if m.get("virt_lines")]
+    assert [(m["row"], m["virt_text"], m["virt_lines"], m["sign_text"]) for m in new] == [
+        (11, "", ["            strict=True,"], "» ")]
+    # The first <Tab> goes to the line's end (normal mode: on its last character), the second inserts.
+    assert r["cursor_jumped"] == [12, len("            name=a,") - 1]
+    assert r["after"] == applied(r["before"], e["range"], e["newText"])
+    assert r["after"][11:14] == ["            name=a,", "            strict=True,", "            path=b,"]
 
 
 def test_esc_dismisses_the_next_edit_and_nothing_changes(tmp_path):

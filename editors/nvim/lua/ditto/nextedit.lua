@@ -213,7 +213,11 @@ function M.tab()
   end
   local win = vim.api.nvim_get_current_win()
   local pos = vim.api.nvim_win_get_cursor(win)
-  if vim.api.nvim_win_get_buf(win) ~= t or pos[1] - 1 ~= cur.row or pos[2] ~= cur.col then
+  -- At the place: where the jump put the cursor (normal mode keeps it on the line's last character,
+  -- so a place at a line's end is one column past where the cursor can stand).
+  local landed = cur.landed
+  local here = pos[1] - 1 == cur.row and (pos[2] == cur.col or (landed ~= nil and pos[2] == landed[2]))
+  if vim.api.nvim_win_get_buf(win) ~= t or not here then
     local shown_in = vim.fn.win_findbuf(t)[1]
     if vim.api.nvim_win_get_buf(win) ~= t then
       if shown_in then
@@ -225,6 +229,7 @@ function M.tab()
     end
     vim.cmd("normal! m'")  -- the place left is on the jumplist (<C-o> goes back)
     vim.api.nvim_win_set_cursor(win, { cur.row + 1, cur.col })
+    cur.landed = vim.api.nvim_win_get_cursor(win)
     M.counts.jumped = M.counts.jumped + 1
     M.render()
     return
