@@ -8,6 +8,9 @@ edit propagation, needs no model):
   <Tab> applies the server's edit and puts the cursor where the server says;
 - <Esc> dismisses it: the marks go, nothing changes, and <Tab> is <Tab> (Vim's jump) again;
 - with `next_edit = false` nothing is set up to ask (the module is not loaded, no key is mapped);
+- lines inserted in one of two calls whose lines around them are the same are proposed in the other,
+  drawn as a new line below the line above (no text on that line), and <Tab>, <Tab> insert them: the
+  first lands on that line's last character, where normal mode puts a cursor sent to its end;
 - where the rename applies again on the line being typed, the server's inline completion item
   (Neovim 0.12's vim.lsp.inline_completion) shows the rest of the line renamed over the old text,
   and the accept key makes that edit.
