@@ -26,6 +26,7 @@ from pathlib import Path
 
 import pytest
 
+from tests.nextedit.test_propagate import CALLS  # two calls whose lines around the inserted one are the same
 from tests.editors.test_editor_nvim_plugin import (DRIVER_PRELUDE, NVIM_011, NVIM_012, README_INIT, ROOT, headless,
                                                    require, require_serve)
 
@@ -324,22 +325,6 @@ def test_a_typed_rename_is_proposed_at_the_next_place_tab_jumps_and_tab_applies(
     assert r["cursor_after"] == [c["line"] + 1, byte_col(r["after"][c["line"]], c["character"])]
     assert s["line"] not in r["mark_rows_after"]  # its marks gone (the next place's may come)
     assert r["counts"]["jumped"] == 1 and r["counts"]["applied"] == 1
-
-
-CALLS = """def make(a, b):
-    return Config(
-        name=a,
-        path=b,
-    )
-
-
-class Factory:
-    def make(self, a, b):
-        return Config(
-            name=a,
-            path=b,
-        )
-"""
 
 
 def test_lines_inserted_are_proposed_as_new_lines_below_the_line_above_and_tab_tab_inserts_them(tmp_path):
