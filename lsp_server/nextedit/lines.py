@@ -28,7 +28,7 @@ from __future__ import annotations
 import re
 
 from lsp_server.completion.stops import open_brackets
-from lsp_server.nextedit.learn import PLAIN, BUILTINS, CONTEXT, TOKEN, WINDOW, Edit, Kinds, Place, informative
+from lsp_server.nextedit.learn import PLAIN, BUILTINS, CONTEXT, TOKEN, WINDOW, Edit, Kinds, Place, informative, line_at
 
 MAX_LINES = 8  # templates of more lines are new code
 MIN_TOKENS = 3
@@ -131,8 +131,7 @@ def _inserted(edit: Edit, uri: str, text: str, kinds: Kinds) -> list[Place]:
     end = start + sum(len(x) + 1 for x in new)  # the line below them
     if start == 0 or end >= len(text):
         return []
-    above = text[text.rfind("\n", 0, start - 1) + 1 : start - 1]
-    below = text[end : len(text) if text.find("\n", end) < 0 else text.find("\n", end)]
+    above, below = text[slice(*line_at(text, start - 1))], text[slice(*line_at(text, end))]
     if min(len(above.strip()), len(below.strip())) < MIN_ANCHOR:
         return []
     base = _indent(below)
