@@ -104,7 +104,9 @@ def test_vscode_next_edit_tab_jumps_tab_applies_escape_dismisses(tmp_path):
     old text with the new text after it, Tab moves the cursor to it, Tab applies exactly it and
     puts the cursor where the server said; the edit after it is dismissed with Escape, nothing
     changes, and Tab then indents as Tab does. Then the cursor's own line: a name renamed at the first
-    of its two uses there, the server's inline item is drawn and Tab makes the edit at the second."""
+    of its two uses there, the server's inline item is drawn and Tab makes the edit at the second.
+    Then a line inserted into a call: drawn after the line above its place in the other call, Tab,
+    Tab inserts it."""
     why = cannot_run()
     if why:
         pytest.skip(f"cannot run {E2E.relative_to(ROOT)}: {why}")
@@ -121,7 +123,6 @@ def test_vscode_next_edit_tab_jumps_tab_applies_escape_dismisses(tmp_path):
     # one Tab applied, the one after it (shown, dismissed), and, after Tab indents, maybe that again.
     events = logged(shots)
     kinds = [k for k, _ in events]
-    assert kinds.count("dismissed") == 1, kinds
     j = kinds.index("dismissed")
     assert kinds[:j].count("applied") == 1, kinds
     i = kinds.index("applied")
@@ -158,5 +159,22 @@ def test_vscode_next_edit_tab_jumps_tab_applies_escape_dismisses(tmp_path):
     assert r["line_shown"]["struck"] == "Open" and r["line_shown"]["after"] == ["Closed"] and not r["line_shown"]["ghost"]
     assert r["line_after"] == r["line_typed"].replace("ClosedMode(path) or OpenMode(None)",
                                                       "ClosedMode(path) or ClosedMode(None)"), r["line_shown"]
-    (last,) = [e for k, e in events[j + 1:] if k == "applied"]  # after it, the rename's next place may show
-    assert (last["oldText"], last["newText"]) == ("Open", "Closed"), kinds
+    # after it (the rename's next place may show), the line's edit, then the inserted line's
+    i_line, i_inserted = [i for i in range(j + 1, len(events)) if kinds[i] == "applied"]
+    assert "dismissed" not in kinds[j + 1:i_line], kinds  # (Escape leaves the line for the insertion after it)
+    line_edit, inserted = events[i_line][1], events[i_inserted][1]
+    assert (line_edit["oldText"], line_edit["newText"]) == ("Open", "Closed"), kinds
+    # Lines inserted: `strict=True,` typed after the first call's `name=a,`; the next edit inserts it
+    # after the second call's (off screen: a hint at the cursor first), drawn after that line's end with
+    # ⏎ for the line break and nothing struck; Tab goes there, Tab inserts it where the server said.
+    assert inserted["why"].startswith("insert lines") and inserted["oldText"] == ""
+    assert inserted["newText"] == "\n            strict=True,"
+    assert r["insert_typed"] == r["line_after"].replace("name=a,\n", "name=a,\n        strict=True,\n", 1)
+    assert r["insert_hint"]["after"] == [f"  » next edit at line {inserted['range']['start']['line'] + 1} (Tab)"]
+    at = inserted["range"]["start"]
+    assert r["insert_jumped"] == [at["line"] + 1, at["character"] + 1]
+    assert r["insert_shown"] == {"struck": "", "after": [" ⏎             strict=True,"]}
+    a = offset(r["insert_typed"], at)
+    assert r["insert_after"] == r["insert_typed"][:a] + inserted["newText"] + r["insert_typed"][a:]
+    assert r["insert_after"].endswith("            name=a,\n            strict=True,\n            path=b,\n        )\n")
+    assert r["insert_applied_cursor"] == [inserted["cursor"]["line"] + 1, inserted["cursor"]["character"] + 1]

@@ -7,7 +7,9 @@
 // Suggestion; they are off here): the server's
 // inline item that makes the same change at the second use replaces text VS Code cannot draw as ghost
 // text, so the extension leaves it to the next edit, which shows it on that line; Tab goes there and
-// Tab makes it. Writes what it saw to
+// Tab makes it. Last, a line is inserted into one of two like calls: the next edit inserts it into the
+// other (off screen: a hint at the cursor; after Tab, drawn after the line above its place), and
+// the second Tab inserts it. Writes what it saw to
 // SHOTS/next-edit.json (tests/editors/test_editor_vscode.py checks it against the server's
 // answers, which the extension logs), and screenshots. Exits 0 when every step happened, else 1.
 //
@@ -261,6 +263,47 @@ async function main() {
     report.line_after = await save(report.line_typed);
     log(`Tab, Tab: ${visible(report.line_after.split("\n")[pairRow])}`);
     await shot("ne-7-line-applied.png");
+
+    // Lines inserted: `strict=True,` typed on a new line after the first call's `name=a,`; the next
+    // edit inserts it where the same two lines stand together again (the second call), drawn after
+    // that line's end (nothing struck: nothing is replaced); Tab goes there, Tab inserts it.
+    const calls = report.line_after.split("\n");
+    const nameRow = calls.findIndex((l) => l === "        name=a,");
+    if (nameRow < 0) throw new Error("the fixture's make() is missing");
+    await page.keyboard.press("Escape");
+    await page.keyboard.press("Control+Home");
+    for (let i = 0; i < nameRow; i++) await page.keyboard.press("ArrowDown");
+    await page.keyboard.press("End");
+    await page.keyboard.press("Enter"); // the new line, indented as `name=a,` is
+    await page.keyboard.type("strict=True,", { delay: 60 });
+    report.insert_typed = await save(report.line_after);
+    report.cursor_insert_typed = await cursor();
+    // The second call is below the screen's last line: a hint at the cursor says where.
+    report.insert_hint = await waitFor("the inserted line's next edit", 30000, async () => {
+      const d = await decorations();
+      return d.after.some((a) => a.includes("strict=True,") || a.includes("next edit at line")) ? d : null;
+    });
+    log(`insert: hint ${visible(JSON.stringify(report.insert_hint))}`);
+    await shot("ne-8-insert-hint.png");
+    await page.keyboard.press("Tab");
+    report.insert_jumped = await waitFor("the cursor to go to the second call", 10000, async () => {
+      const c = await cursor();
+      return c && c[0] !== report.cursor_insert_typed[0] ? c : null;
+    });
+    report.insert_shown = await waitFor("the inserted line drawn at its place", 10000, async () => {
+      const d = await decorations();
+      return d.after.some((a) => a.includes("strict=True,")) ? d : null;
+    });
+    log(`Tab: cursor ${report.insert_jumped}; shown ${visible(JSON.stringify(report.insert_shown))}`);
+    await shot("ne-9-insert-shown.png");
+    await page.keyboard.press("Tab");
+    report.insert_applied_cursor = await waitFor("the lines to be inserted (the cursor moves)", 10000, async () => {
+      const c = await cursor();
+      return c && (c[0] !== report.insert_jumped[0] || c[1] !== report.insert_jumped[1]) ? c : null;
+    });
+    report.insert_after = await save(report.insert_typed);
+    log(`Tab, Tab: cursor ${report.insert_applied_cursor}`);
+    await shot("ne-10-insert-applied.png");
     writeFileSync(path.join(SHOTS, "next-edit.json"), JSON.stringify(report, null, 2));
     await browser.close();
     return 0;

@@ -12,7 +12,7 @@
 # With DITTO_E2E_SCENARIO=next-edit it runs test/e2e-next-edit.mjs instead, on
 # test/fixtures/next_edit.py, the model loaded at once and ghost text off: a rename typed at one
 # place, its next edit shown, Tab to go there, Tab to apply it, Escape to dismiss the one after;
-# what it saw goes to SCREENSHOT_DIR/next-edit.json, the extension's log (the server's answers)
+# then a rename on the cursor's own line and a line inserted into one of two like calls; what it saw goes to SCREENSHOT_DIR/next-edit.json, the extension's log (the server's answers)
 # beside it.
 #
 # Installs what is missing, outside the repository, idempotently:
