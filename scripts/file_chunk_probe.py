@@ -9,6 +9,13 @@ buffers, with CHUNK tokens of room for them ("heads": each buffer from its top):
     SNIPPETS=none ... file_chunk_probe.py 0 1920 -- ...     # a plain window of that size instead
 
 (`meta.budget` in its results.json is the default's, not the one the prompts were built with.)
+
+The same probe for the lines below the cursor (docs/perf/README.md, "The lines below the cursor"):
+BELOW=N gives the suffix N more tokens on top of the window's (the prompt grows by them), SHIFT=N moves
+N tokens from the lines above to the lines below (the prompt's size stays):
+
+    BELOW=232 ... file_chunk_probe.py 0 384 -- ...       # the suffix of 24 tokens at 384 made 256
+    SHIFT=96 ... file_chunk_probe.py 0 384 -- ...        # 96 of the 192 tokens above moved below
 """
 import dataclasses
 import os
@@ -21,7 +28,9 @@ from lsp_server.completion.context import ContextBudget
 
 chunk, window = int(sys.argv[1]), int(sys.argv[2])
 b = ContextBudget.scaled(window, os.environ.get("SNIPPETS", "heads"))
-budget = dataclasses.replace(b, total=b.total + chunk, snippets=b.snippets + chunk)
+extra, shift = int(os.environ.get("BELOW", 0)), int(os.environ.get("SHIFT", 0))
+budget = dataclasses.replace(b, total=b.total + chunk + extra, snippets=b.snippets + chunk,
+                             above=b.above - shift, below=b.below + extra + shift)
 completer.Completer.budget_for = lambda self, settings: budget
 if chunk:
     plain = runner.Bench.completion_task
