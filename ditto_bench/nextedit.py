@@ -210,7 +210,8 @@ def proposers(names: list[str], args=None) -> tuple[dict, dict]:
     out: dict[str, object] = {}
     meta: dict = {}
     rewriter = None
-    if any(n in ("rewrite", "both") for n in names):
+    lm = None
+    if any(n in ("rewrite", "both", "judged") for n in names):
         from lsp_server.commands.options import load_model
         from lsp_server.nextedit.rewrite import Rewriter
 
@@ -228,6 +229,10 @@ def proposers(names: list[str], args=None) -> tuple[dict, dict]:
             from lsp_server.nextedit.rewrite import Checked
 
             out[n] = Checked(Propagator(), rewriter)
+        elif n == "judged":
+            from lsp_server.nextedit.judge import Judged
+
+            out[n] = Judged(Propagator(), lm)
         else:
             raise SystemExit(f"ditto-lsp: error: next-edit proposers are {', '.join(SYSTEMS)} (got {n!r})")
     return out, meta

@@ -8,8 +8,18 @@ wrong ones (AUC well above 0.5).
 
     OMP_NUM_THREADS=1 DITTO_LLAMA_THREADS=1 taskset -c 1 .venv/bin/python scripts/nextedit_judge_probe.py \
         OUT.jsonl /work/.mirror/pallets+click/repo ...        # one line per proposal, appended as it goes
+
+With JUDGE=file the judge is the file itself, no chat and no diff (lsp_server/nextedit/judge.py `scores`,
+what the `judged` proposer shows by; "The file as the judge" there): the document's last CONTEXT
+tokens (default 256) before the proposal's lines, the user's edited lines put first where they lie
+outside them, then those lines with the proposal made or unchanged and the two lines after them.
+
+With RELAX=1 (and JUDGE=file) only the cases where propagation proposes nothing are scored, with what
+looser rules propose there (`loose`: one token of context agreeing for any change in code, insertions on
+any number of lines): could the judge turn places the rules refuse into right proposals?
 """
 import json
+import os
 import sys
 
 import numpy as np
@@ -18,8 +28,24 @@ from ditto_bench.nextedit import judge, replay
 from ditto_bench.nextedit_harvest import cases
 from lsp_server.backends.loader import load
 from lsp_server.nextedit.learn import edits, line_at
+from lsp_server.nextedit import propagate
+from lsp_server.nextedit.judge import scores
 from lsp_server.nextedit.propagate import Propagator
 from lsp_server.nextedit.rewrite import Rewriter, region_of
+
+
+JUDGE = os.environ.get("JUDGE", "chat")
+CONTEXT = int(os.environ.get("CONTEXT", 256))
+
+
+RELAX = os.environ.get("RELAX") == "1"
+
+
+def loose(c, left: int, right: int, kind: str, line) -> bool:
+    """RELAX=1: propagate.py `accepts` with its context thresholds dropped to one token."""
+    if propagate.free(c):
+        return kind == "code" or kind == c.kind
+    return kind == c.kind == "code" and left + right >= 1
 
 
 def logp(lm, prompt: list[int], answer: list[int]) -> float:
@@ -44,18 +70,33 @@ def main(out_path: str, repos: list[str]) -> None:
         for repo in repos:
             for c in cases(repo, max_cases=80, per_commit=2)[0]:
                 history, text, cursor = replay(c)
-                e = Propagator().propose(history.groups(), c.path, text, cursor, [(p, b) for p, b, _ in c.others])
+                others = [(p, b) for p, b, _ in c.others]
+                e = Propagator().propose(history.groups(), c.path, text, cursor, others)
+                if RELAX:
+                    if e is not None:
+                        continue
+                    strict = propagate.accepts, propagate.MAX_INSERTIONS
+                    propagate.accepts, propagate.MAX_INSERTIONS = loose, 10**6
+                    try:
+                        e = Propagator().propose(history.groups(), c.path, text, cursor, others)
+                    finally:
+                        propagate.accepts, propagate.MAX_INSERTIONS = strict
                 if e is None:
                     continue
                 doc, target = {c.path: (text, c.after), **{p: (b, a) for p, b, a in c.others}}[e.uri]
                 _, exact = judge(doc, target, e.start, e.end, e.new_text)
-                a, b = line_at(doc, e.start)[0], line_at(doc, e.end)[1]
-                start, end = region_of(doc, doc.count("\n", 0, a), doc.count("\n", 0, b))
-                ids, closing = rw.prompt(e.uri, doc, start, end, edits(history.groups(), text, 1)[0])
-                made = doc[start : e.start] + e.new_text + doc[e.end : end]
-                row = {"repo": repo, "case": c.id, "exact": exact, "why": e.why[:60],
-                       "lp_made": logp(lm, ids, lm.encode(made + closing)),
-                       "lp_unchanged": logp(lm, ids, lm.encode(doc[start:end] + closing))}
+                row = {"repo": repo, "case": c.id, "kind": c.kind, "exact": exact, "why": e.why[:60]}
+                user = edits(history.groups(), text, 1)[0]
+                if JUDGE == "file":
+                    at = (user.start, user.end) if e.uri == c.path else None
+                    row["lp_made"], row["lp_unchanged"] = scores(lm, doc, e.start, e.end, e.new_text, at, CONTEXT)
+                else:
+                    a, b = line_at(doc, e.start)[0], line_at(doc, e.end)[1]
+                    start, end = region_of(doc, doc.count("\n", 0, a), doc.count("\n", 0, b))
+                    ids, closing = rw.prompt(e.uri, doc, start, end, user)
+                    made = doc[start : e.start] + e.new_text + doc[e.end : end]
+                    row["lp_made"] = logp(lm, ids, lm.encode(made + closing))
+                    row["lp_unchanged"] = logp(lm, ids, lm.encode(doc[start:end] + closing))
                 rows.append(row)
                 out.write(json.dumps(row) + "\n")
                 out.flush()

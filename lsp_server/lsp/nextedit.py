@@ -117,12 +117,15 @@ class NextEdits:
         return edit
 
     def _model_proposer(self, name: str, completer):
-        """On the model worker: `rewrite` or `both` on the loaded model's engine, or None without one."""
+        """On the model worker: `rewrite`, `both` or `judged` on the loaded model's engine, or None without one."""
+        from lsp_server.nextedit.judge import Judged
         from lsp_server.nextedit.rewrite import Checked, Rewriter
 
         engine = getattr(getattr(completer, "generator", None), "engine", None)
         if engine is None:
             return None
+        if name == "judged":  # scores on a cache of its own, released after each proposal (judge.py)
+            return Judged(Propagator(), engine.lm)
         if self._rewriter is None or self._rewriter[0] is not engine:
             try:
                 self._rewriter = (engine, Rewriter(engine.lm, engine, cache_key=REWRITE_CACHE))

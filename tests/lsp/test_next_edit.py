@@ -174,11 +174,12 @@ def test_with_next_edit_off_neither_the_request_nor_the_inline_item_proposes():
         c.kill()
 
 
-@pytest.mark.parametrize("proposer", ["both", "rewrite"])
+@pytest.mark.parametrize("proposer", ["both", "rewrite", "judged"])
 def test_the_model_proposers_run_the_loaded_model_on_its_worker(proposer):
-    """`next_edit_proposer` both / rewrite: the request runs the model's rewrite (lsp_server/nextedit/rewrite.py) on
-    the server's engine. The tiny random model writes noise: `both` shows nothing where propagation alone would
-    (the check refuses it), `rewrite` shows only its own rewrite, if any."""
+    """`next_edit_proposer` both / rewrite / judged: the request runs the loaded model (lsp_server/nextedit/rewrite.py,
+    judge.py) on the server's model worker. The tiny random model writes noise: `both` shows nothing where
+    propagation alone would (the check refuses it), `rewrite` shows only its own rewrite, if any, `judged`
+    propagation's proposal or nothing, as the random model's likelihoods fall."""
     c = RawClient(["--model", "tiny-random", "--max-tokens", "4", "--next-edit-proposer", proposer],
                   env={"OMP_NUM_THREADS": "1"})
     try:
@@ -193,6 +194,8 @@ def test_the_model_proposers_run_the_loaded_model_on_its_worker(proposer):
         assert stats["model"] == 1 and stats["without_model"] == 0
         if proposer == "both":
             assert e is None  # propagation proposes `KeepClosedFile(None)`; the random model's rewrite is not that
+        elif proposer == "judged":
+            assert e is None or (e["newText"], e["source"]) == ("Closed", "propagate")
         else:
             assert e is None or e["source"] == "rewrite"
         # the inline item stays propagation's, at once

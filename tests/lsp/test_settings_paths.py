@@ -6,7 +6,7 @@ one place and not the others fails here:
 - `ditto-lsp serve` flags (cli.add_model_args / add_decode_args -> Settings.from_cli);
 - initializationOptions, through the server's own DittoServer.apply_settings;
 - VS Code's settings: editors/vscode/package.json's `ditto.*` properties (names, defaults, the
-  drafter enum) and config.ts's SERVER_KEYS; the extension's unit tests
+  drafter and next-edit proposer enums) and config.ts's SERVER_KEYS; the extension's unit tests
   (editors/vscode/test/unit/config.test.ts) check that config.ts sends them as
   initializationOptions;
 - Neovim's `require('ditto').setup{...}` options, in a headless Neovim: the init_options the
@@ -210,9 +210,13 @@ def test_vscode_has_a_setting_for_every_user_setting_and_no_other():
     assert sorted(fields.values()) == sorted(Settings.user_keys()), "one VS Code setting per Settings field"
 
 
-def test_vscode_defaults_and_the_drafter_enum_are_the_servers():
+def test_vscode_defaults_and_the_drafter_and_proposer_enums_are_the_servers():
+    from lsp_server.nextedit import PROPOSERS
+
     props = vscode_properties()
     assert props["drafter"]["enum"] == list(DRAFTERS)
+    assert props["nextEditProposer"]["enum"] == list(PROPOSERS)
+    assert len(props["nextEditProposer"]["enumDescriptions"]) == len(PROPOSERS)
     for name, prop in props.items():
         field = Settings.field_for(name)
         assert prop["default"] == getattr(Settings(), field), name

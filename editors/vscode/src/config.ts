@@ -56,7 +56,7 @@ export interface DittoSettings {
 
 /** The server's drafter names (none, ngram, model, hybrid): package.json's enum for `ditto.drafter`. */
 export const DRAFTERS: readonly string[] = manifest.contributes.configuration.properties["ditto.drafter"].enum;
-/** The next-edit proposers (propagate, rewrite, both): package.json's enum for `ditto.nextEditProposer`. */
+/** The next-edit proposers (propagate, rewrite, both, judged): package.json's enum for `ditto.nextEditProposer`. */
 export const PROPOSERS: readonly string[] =
   manifest.contributes.configuration.properties["ditto.nextEditProposer"].enum;
 
