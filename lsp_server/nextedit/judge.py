@@ -10,8 +10,9 @@ outside those), scoring those lines and the `FOLLOWING` lines after them (the sa
 what follows the place has its say).
 
 The cost is two scorings after one shared prefill of the context (the KV cropped back between them):
-about `CONTEXT` + 2 x (the lines) tokens, 2-4 s on one CPU core with llama.cpp and the default model,
-a few tens of ms on a GPU.
+about `CONTEXT` + 2 x (the lines) tokens; measured at 5.9-6.8 s a proposal (p50) on one CPU core with
+llama.cpp and the default model, whose passes over several rows run one token at a time
+(docs/nextedit.md, "The file as the judge").
 
 Left out on purpose: LSP (lsp_server/lsp/nextedit.py runs it on the model worker), the rules of where a
 change applies (propagate.py, lines.py).
