@@ -41,6 +41,9 @@ def logps(lm, context: list[int], answers: list[list[int]]) -> list[float]:
         lm.forward(context[:-1], cache, 1)
         out = []
         for answer in answers:
+            if not answer:  # nothing left (lines deleted at the document's end): the empty text is certain
+                out.append(0.0)
+                continue
             lg = np.asarray(lm.forward([context[-1], *answer[:-1]], cache, len(answer)), dtype=np.float64)
             lm.crop(cache, len(context) - 1)
             lg -= lg.max(axis=1, keepdims=True)
@@ -60,7 +63,7 @@ def scores(lm, doc: str, start: int, end: int, new_text: str, user: tuple[int, i
     for _ in range(FOLLOWING):
         if tail < len(doc):
             tail = line_at(doc, tail + 1)[1]
-    above = lm.encode(doc[:a])[-context:] if a else []
+    above = lm.encode(doc[max(0, a - 32 * context):a])[-context:] if a else []  # (a 5 MB file: its tail only)
     if user is not None:
         ua, ub = line_at(doc, user[0])[0], line_at(doc, user[1])[1]
         if not (a - len(lm.decode(above)) <= ua and ub <= a):  # the user's lines are not in view

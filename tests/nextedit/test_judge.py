@@ -29,6 +29,7 @@ def test_each_answer_is_scored_after_the_shared_context_as_if_alone(lm):
     got = logps(lm, context, answers)
     assert got == pytest.approx([plain_logp(lm, context, a) for a in answers], abs=1e-3)
     assert got[0] != pytest.approx(got[1], abs=1e-6)  # the two lines differ for the model too
+    assert logps(lm, context, [[], answers[2]]) == pytest.approx([0.0, got[2]], abs=1e-3)  # nothing left: certain
 
 
 def test_a_proposal_that_changes_nothing_scores_the_same_both_ways(lm):
