@@ -107,6 +107,10 @@ def test_vscode_next_edit_tab_jumps_tab_applies_escape_dismisses(tmp_path):
     of its two uses there, the server's inline item is drawn and Tab makes the edit at the second.
     Then a line inserted into a call: drawn after the line above its place in the other call, Tab,
     Tab inserts it."""
+    from tests.nextedit.test_propagate import CALLS
+
+    # the calls are the propagation tests' own (tests/nextedit/test_propagate.py), as in Neovim's test
+    assert (E2E.with_name("fixtures") / "next_edit.py").read_text(encoding="utf-8").endswith("\n\n\n" + CALLS)
     why = cannot_run()
     if why:
         pytest.skip(f"cannot run {E2E.relative_to(ROOT)}: {why}")
