@@ -22,22 +22,18 @@ import json
 import os
 import sys
 
-import numpy as np
-
 from ditto_bench.nextedit import judge, replay
 from ditto_bench.nextedit_harvest import cases
 from lsp_server.backends.loader import load
 from lsp_server.nextedit.learn import edits, line_at
 from lsp_server.nextedit import propagate
-from lsp_server.nextedit.judge import scores
+from lsp_server.nextedit.judge import logps, scores
 from lsp_server.nextedit.propagate import Propagator
 from lsp_server.nextedit.rewrite import Rewriter, region_of
 
 
 JUDGE = os.environ.get("JUDGE", "chat")
 CONTEXT = int(os.environ.get("CONTEXT", 256))
-
-
 RELAX = os.environ.get("RELAX") == "1"
 
 
@@ -46,16 +42,6 @@ def loose(c, left: int, right: int, kind: str, line) -> bool:
     if propagate.free(c):
         return kind == "code" or kind == c.kind
     return kind == c.kind == "code" and left + right >= 1
-
-
-def logp(lm, prompt: list[int], answer: list[int]) -> float:
-    cache = lm.new_cache()
-    lm.forward(prompt[:-1], cache, 1)
-    lg = np.asarray(lm.forward([prompt[-1], *answer[:-1]], cache, len(answer)), dtype=np.float64)
-    lm.release(cache)
-    lg -= lg.max(axis=1, keepdims=True)
-    lsm = lg - np.log(np.exp(lg).sum(axis=1, keepdims=True))
-    return float(sum(lsm[i, t] for i, t in enumerate(answer)))
 
 
 def auc(pos: list[float], neg: list[float]) -> float:
@@ -95,8 +81,8 @@ def main(out_path: str, repos: list[str]) -> None:
                     start, end = region_of(doc, doc.count("\n", 0, a), doc.count("\n", 0, b))
                     ids, closing = rw.prompt(e.uri, doc, start, end, user)
                     made = doc[start : e.start] + e.new_text + doc[e.end : end]
-                    row["lp_made"] = logp(lm, ids, lm.encode(made + closing))
-                    row["lp_unchanged"] = logp(lm, ids, lm.encode(doc[start:end] + closing))
+                    row["lp_made"], row["lp_unchanged"] = logps(
+                        lm, ids, [lm.encode(made + closing), lm.encode(doc[start:end] + closing)])
                 rows.append(row)
                 out.write(json.dumps(row) + "\n")
                 out.flush()
