@@ -15,8 +15,9 @@ tokens (default 256) before the proposal's lines, the user's edited lines put fi
 outside them, then those lines with the proposal made or unchanged and the two lines after them.
 
 With RELAX=1 (and JUDGE=file) only the cases where propagation proposes nothing are scored, with what
-looser rules propose there (`loose`: one token of context agreeing for any change in code, insertions on
-any number of lines): could the judge turn places the rules refuse into right proposals?
+looser rules propose there (`Propagator(loose=True)`, propagate.py `accepts_loosely`: one token of
+context agreeing for any change in code, insertions on any number of lines): could the judge turn places
+the rules refuse into right proposals? (The `judged` proposer now proposes those places too.)
 """
 import json
 import os
@@ -26,7 +27,6 @@ from ditto_bench.nextedit import judge, replay
 from ditto_bench.nextedit_harvest import cases
 from lsp_server.backends.loader import load
 from lsp_server.nextedit.learn import edits, line_at
-from lsp_server.nextedit import propagate
 from lsp_server.nextedit.judge import logps, scores
 from lsp_server.nextedit.propagate import Propagator
 from lsp_server.nextedit.rewrite import Rewriter, region_of
@@ -35,13 +35,6 @@ from lsp_server.nextedit.rewrite import Rewriter, region_of
 JUDGE = os.environ.get("JUDGE", "chat")
 CONTEXT = int(os.environ.get("CONTEXT", 256))
 RELAX = os.environ.get("RELAX") == "1"
-
-
-def loose(c, left: int, right: int, kind: str, line) -> bool:
-    """RELAX=1: propagate.py `accepts` with its context thresholds dropped to one token."""
-    if propagate.free(c):
-        return kind == "code" or kind == c.kind
-    return kind == c.kind == "code" and left + right >= 1
 
 
 def auc(pos: list[float], neg: list[float]) -> float:
@@ -61,12 +54,7 @@ def main(out_path: str, repos: list[str]) -> None:
                 if RELAX:
                     if e is not None:
                         continue
-                    strict = propagate.accepts, propagate.MAX_INSERTIONS
-                    propagate.accepts, propagate.MAX_INSERTIONS = loose, 10**6
-                    try:
-                        e = Propagator().propose(history.groups(), c.path, text, cursor, others)
-                    finally:
-                        propagate.accepts, propagate.MAX_INSERTIONS = strict
+                    e = Propagator(loose=True).propose(history.groups(), c.path, text, cursor, others)
                 if e is None:
                     continue
                 doc, target = {c.path: (text, c.after), **{p: (b, a) for p, b, a in c.others}}[e.uri]

@@ -27,6 +27,7 @@ import numpy as np
 
 from lsp_server.nextedit.history import EditGroup
 from lsp_server.nextedit.learn import edits, line_at
+from lsp_server.nextedit.propagate import Propagator
 from lsp_server.nextedit.types import NextEdit
 
 MARGIN = 0.0  # nats: chosen before the held-out runs (the model prefers the change), not tuned on them
@@ -79,8 +80,11 @@ class Judged:
 
     name = "judged"
 
-    def __init__(self, propagator, lm, margin: float = MARGIN, context: int = CONTEXT):
+    def __init__(self, propagator, lm, margin: float = MARGIN, context: int = CONTEXT,
+                 loose: bool = True):
         self.propagator = propagator
+        # where `propagator` finds nothing, the places looser rules find (propagate.py `accepts_loosely`)
+        self.loose = Propagator(loose=True) if loose else None
         self.lm = lm
         self.margin = margin
         self.context = context
@@ -89,6 +93,9 @@ class Judged:
                 others: list[tuple[str, str]] = (), version: int | None = None,
                 cancel: threading.Event | None = None) -> NextEdit | None:
         edit = self.propagator.propose(groups, uri, text, cursor, others, version)
+        loosely = edit is None and self.loose is not None
+        if loosely:
+            edit = self.loose.propose(groups, uri, text, cursor, others, version)
         if edit is None or (cancel is not None and cancel.is_set()):
             return None
         doc = text if edit.uri == uri else dict(others).get(edit.uri)
@@ -98,5 +105,6 @@ class Judged:
         t0 = time.perf_counter()
         made, unchanged = scores(self.lm, doc, edit.start, edit.end, edit.new_text,
                                  (learnt[0].start, learnt[0].end) if edit.uri == uri else None, self.context)
-        edit.stats = {"judge_margin": round(made - unchanged, 3), "ms": round((time.perf_counter() - t0) * 1000, 1)}
+        edit.stats = {"judge_margin": round(made - unchanged, 3), "ms": round((time.perf_counter() - t0) * 1000, 1),
+                      "loose": loosely}
         return edit if made - unchanged >= self.margin else None

@@ -64,6 +64,16 @@ def accepts(c: Change, left: int, right: int, kind: str, line: tuple[str, ...]) 
             SequenceMatcher(None, c.line, line, autojunk=False).ratio() >= SIMILAR_LINE)
 
 
+def accepts_loosely(c: Change, left: int, right: int, kind: str, line: tuple[str, ...]) -> bool:
+    """`accepts` with its thresholds dropped: a distinctive rename anywhere in code (or text of the user's
+    kind), any other change in code where one neighbouring token agrees. Right about two times in five on
+    the tuning repositories where `accepts` finds nothing: only for a proposer that judges each place
+    (judge.py `Judged`, docs/nextedit.md "The file as the judge")."""
+    if free(c):
+        return kind == "code" or kind == c.kind
+    return kind == c.kind == "code" and left + right >= 1
+
+
 def change_pattern(c: Change) -> re.Pattern:
     """A regex for the change's removed tokens (an insertion: its neighbours), blanks between them free."""
     toks = c.removed or (c.before[-1:] + c.after[:1])
@@ -121,8 +131,8 @@ def match_at(c: Change, text: str, a: int, b: int) -> tuple[int, int, int] | Non
     return start, left, right
 
 
-def places(c: Change, uri: str, text: str, kinds: Kinds | None = None) -> list[Place]:
-    """Every place of `text` where the change applies (`accepts`), in text order."""
+def places(c: Change, uri: str, text: str, kinds: Kinds | None = None, rule=accepts) -> list[Place]:
+    """Every place of `text` where the change applies (`rule`: `accepts` or `accepts_loosely`), in text order."""
     kinds = kinds or Kinds(text)
     out = []
     for n, m in enumerate(change_pattern(c).finditer(text)):
@@ -133,7 +143,7 @@ def places(c: Change, uri: str, text: str, kinds: Kinds | None = None) -> list[P
             continue
         start, left, right = found
         ls, le = line_at(text, start)
-        if accepts(c, left, right, kinds.at(start), tuple(TOKEN.findall(text, ls, le))):
+        if rule(c, left, right, kinds.at(start), tuple(TOKEN.findall(text, ls, le))):
             out.append(Place(uri, start, start + len(c.old), c.new, c, left, right, c.describe()))
     return out
 
@@ -143,6 +153,11 @@ class Propagator:
 
     name = "propagate"
     last = None  # (the edit, the places found) of the last proposal, for traces and the benchmark's notes
+
+    def __init__(self, loose: bool = False):
+        # loose: `accepts_loosely` and insertions on any number of lines, for a proposer that judges each place
+        self.rule = accepts_loosely if loose else accepts
+        self.max_insertions = None if loose else MAX_INSERTIONS
 
     def propose(self, groups: list[EditGroup], uri: str, text: str, cursor: int,
                 others: list[tuple[str, str]] = (), version: int | None = None) -> NextEdit | None:
@@ -159,7 +174,8 @@ class Propagator:
         for edit in learnt:
             # An edit with runs that are no Change (learn.py) propagates by tokens only as renames of distinctive names.
             changes = [c for c in edit.changes if free(c)] if edit.partial else edit.changes
-            found = _whole([p for c in changes for p in _few(places(c, uri, text, kinds), c, text)], changes, text)
+            found = _whole([p for c in changes for p in _few(places(c, uri, text, kinds, self.rule), c, text,
+                                                              self.max_insertions)], changes, text)
             found = _outside(found + line_places(edit, uri, text, kinds), learnt)
             if found:
                 self.last = (edit, found)  # for traces and the benchmark's notes
@@ -169,16 +185,16 @@ class Propagator:
             for other, other_text in others:
                 if other == uri or not changes:
                     continue
-                found = [p for c in changes for p in places(c, other, other_text)]
+                found = [p for c in changes for p in places(c, other, other_text, rule=self.rule)]
                 if found:
                     return _proposal(found, other_text, 0, True, None)
         return None
 
 
-def _few(found: list[Place], c: Change, text: str) -> list[Place]:
-    """The places of an insertion, where it applies on at most `MAX_INSERTIONS` lines: on more, the neighbours
-    it was found by are a common shape (`x: bool = ...,`), and which of them the user means is a guess."""
-    if c.removed or len({line_at(text, p.start)[0] for p in found}) <= MAX_INSERTIONS:
+def _few(found: list[Place], c: Change, text: str, most: int | None = MAX_INSERTIONS) -> list[Place]:
+    """The places of an insertion, where it applies on at most `most` lines (None: any number): on more, the
+    neighbours it was found by are a common shape (`x: bool = ...,`), and which of them the user means is a guess."""
+    if c.removed or most is None or len({line_at(text, p.start)[0] for p in found}) <= most:
         return found
     return []
 
