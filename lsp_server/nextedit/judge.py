@@ -7,7 +7,9 @@ one-off change the other places read as they were. So `Judged` shows propagation
 the model finds the proposal's lines more likely with the change made than unchanged (by `MARGIN`),
 given the document's last `CONTEXT` tokens above them (the user's edited lines put first where they lie
 outside those), scoring those lines and the `FOLLOWING` lines after them (the same text in both, so that
-what follows the place has its say).
+what follows the place has its say). Where propagation's rules find no place, the places looser rules find
+(propagate.py `accepts_loosely`: one agreeing token) are judged the same way: the rules' thresholds guard
+precision without a model, and here the model guards it.
 
 The cost is two scorings after one shared prefill of the context (the KV cropped back between them):
 about `CONTEXT` + 2 x (the lines) tokens; measured at 5.9-6.8 s a proposal (p50) on one CPU core with

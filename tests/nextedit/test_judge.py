@@ -74,3 +74,19 @@ def test_propagations_proposal_is_shown_exactly_where_the_margin_is_met(lm):
     assert at is not None and at.new_text == alone.new_text
     assert Judged(Propagator(), lm, margin=margin + 1e-2).propose(d.h.groups(), "a.py", d.text, cursor) is None
     assert Judged(Propagator(), lm).propose(d.h.groups(), "a.py", "x = 1\n", 0) is None  # nothing learnt
+
+
+def test_where_the_rules_find_nothing_the_looser_places_are_judged(lm):
+    from tests.nextedit.test_propagate import LOOSE, edit_once
+
+    d = edit_once(LOOSE, "if ty is str or ty is None", "if guessed is str or guessed is None")
+    cursor = d.h.last().end
+    assert Propagator().propose(d.h.groups(), "a.py", d.text, cursor) is None
+    loose = Propagator(loose=True).propose(d.h.groups(), "a.py", d.text, cursor)
+    shown = Judged(Propagator(), lm, margin=-math.inf).propose(d.h.groups(), "a.py", d.text, cursor)
+    assert (shown.start, shown.end, shown.new_text) == (loose.start, loose.end, loose.new_text)
+    assert shown.stats["loose"] is True
+    margin = shown.stats["judge_margin"]
+    assert Judged(Propagator(), lm, margin=margin + 1e-2).propose(d.h.groups(), "a.py", d.text, cursor) is None
+    assert Judged(Propagator(), lm, margin=-math.inf, loose=False).propose(
+        d.h.groups(), "a.py", d.text, cursor) is None  # the strict rules alone

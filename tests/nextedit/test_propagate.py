@@ -220,3 +220,17 @@ def test_an_older_edit_a_few_lines_up_is_another_edit():
     e = propose(d)
     assert e is not None and "ClosedMode" in e.why
     assert applied(d, e).endswith("    return ClosedMode(path) or ClosedMode(None)\n")
+
+
+LOOSE = "def kind(ty):\n    if ty is str or ty is None:\n        return 1\n    if ty is int:\n        return 2\n"
+
+
+def test_looser_rules_find_what_the_strict_ones_refuse():
+    """A plain name (`ty`) needs three agreeing tokens around it; `if ty is int` has two. The loose rules
+    (one token, for a proposer that judges each place: judge.py) propose it; the strict ones do not."""
+    d = edit_once(LOOSE, "if ty is str or ty is None", "if guessed is str or guessed is None")
+    assert propose(d) is None
+    e = Propagator(loose=True).propose(d.h.groups(), "a.py", d.text, d.h.last().end)
+    assert e is not None and applied(d, e) == LOOSE.replace("if ty is", "if guessed is").replace(
+        "or ty is", "or guessed is")
+    assert "def kind(ty)" in applied(d, e)  # no neighbour agrees there: not even the loose rules take it
