@@ -17,7 +17,8 @@ outside them, then those lines with the proposal made or unchanged and the two l
 With RELAX=1 (and JUDGE=file) only the cases where propagation proposes nothing are scored, with what
 looser rules propose there (`Propagator(loose=True)`, propagate.py `accepts_loosely`: one token of
 context agreeing for any change in code, insertions on any number of lines): could the judge turn places
-the rules refuse into right proposals? (The `judged` proposer now proposes those places too.)
+the rules refuse into right proposals? (The `judged` proposer now proposes those places too.) RELAX=text
+also takes strings and comments where the user's edit was in one (one neighbouring token agreeing).
 """
 import json
 import os
@@ -26,15 +27,21 @@ import sys
 from ditto_bench.nextedit import judge, replay
 from ditto_bench.nextedit_harvest import cases
 from lsp_server.backends.loader import load
-from lsp_server.nextedit.learn import edits, line_at
+from lsp_server.nextedit.learn import Kinds, edits, line_at
 from lsp_server.nextedit.judge import logps, scores
+from lsp_server.nextedit import propagate
 from lsp_server.nextedit.propagate import Propagator
 from lsp_server.nextedit.rewrite import Rewriter, region_of
 
 
 JUDGE = os.environ.get("JUDGE", "chat")
 CONTEXT = int(os.environ.get("CONTEXT", 256))
-RELAX = os.environ.get("RELAX") == "1"
+RELAX = os.environ.get("RELAX") in ("1", "text")
+if os.environ.get("RELAX") == "text":  # RELAX=text: the loose rules in strings and comments too (the user's kind)
+    def accepts_in_text(c, left, right, kind, line):
+        return propagate.free(c) and (kind == "code" or kind == c.kind) or kind == c.kind and left + right >= 1
+
+    propagate.accepts_loosely = accepts_in_text
 
 
 def auc(pos: list[float], neg: list[float]) -> float:
@@ -59,7 +66,8 @@ def main(out_path: str, repos: list[str]) -> None:
                     continue
                 doc, target = {c.path: (text, c.after), **{p: (b, a) for p, b, a in c.others}}[e.uri]
                 _, exact = judge(doc, target, e.start, e.end, e.new_text)
-                row = {"repo": repo, "case": c.id, "kind": c.kind, "exact": exact, "why": e.why[:60]}
+                row = {"repo": repo, "case": c.id, "kind": c.kind, "exact": exact, "why": e.why[:60],
+                       "text": Kinds(doc).at(e.start)}  # code, string or comment where the proposal lies
                 user = edits(history.groups(), text, 1)[0]
                 if JUDGE == "file":
                     at = (user.start, user.end) if e.uri == c.path else None
