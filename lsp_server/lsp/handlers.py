@@ -68,6 +68,7 @@ def on_change(ls, params: types.DidChangeTextDocumentParams):
     if doc is not None:
         ls.documents.changed(doc.uri, doc.source)
         ls.service.idle.buffers_changed()
+        ls.next_edits.changed(doc.uri)  # its model next edit, if one runs, is stale: it stops
         ls.documents.note_change(params.text_document.uri, params)
         end = edit_end(params.content_changes, ls.workspace.position_codec.client_num_units)
         if end is not None:

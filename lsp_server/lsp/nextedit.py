@@ -27,7 +27,10 @@ worker (the scheduler, key `nextedit:<uri>`: a newer request for the document su
 one, a completion request does not wait behind more than one rewrite), their rewrites in one slot of
 the engine's KV cache (`REWRITE_CACHE`). Without a local engine (the model still loading, or a team's
 remote engine) they fall back to propagation, counted as `without_model`. The inline item at the
-cursor's line is always propagation's: ghost text cannot wait seconds for the model.
+cursor's line is always propagation's: ghost text cannot wait seconds for the model. A change to the
+document stops its model job, queued or running (`changed`, from the didChange handler): its answer would
+be stale, and the judge's seconds on a CPU core (judge.py) would hold the worker the next completion waits
+for; counted as `cancelled`.
 """
 
 from __future__ import annotations
@@ -35,6 +38,7 @@ from __future__ import annotations
 import asyncio
 import dataclasses
 import logging
+import threading
 from urllib.parse import unquote
 
 from lsprotocol import types
@@ -59,11 +63,23 @@ class NextEdits:
         self._settings = settings or (lambda: None)
         self._newest: dict[str, int] = {}  # uri -> number of its newest request
         self._rewriter = None  # (engine, Rewriter) of the loaded model, made on first use
+        self._changes: dict[str, int] = {}  # uri -> its changes seen (`changed`), read when a model job starts
+        self._running: dict[str, threading.Event] = {}  # uri -> the cancel event of its model job now running
         self.counts = {"requests": 0, "proposed": 0, "none": 0, "stale": 0, "inline": 0, "model": 0,
-                       "without_model": 0}
+                       "without_model": 0, "cancelled": 0}
 
     def closed(self, uri: str) -> None:
+        self.changed(uri)
         self._newest.pop(uri, None)
+        self._changes.pop(uri, None)
+
+    def changed(self, uri: str) -> None:
+        """The document changed (didChange, on the event loop): its model job, queued or running, is stale, so
+        it stops (at the judge's or the engine's next check) rather than hold the worker a completion waits for."""
+        self._changes[uri] = self._changes.get(uri, 0) + 1
+        running = self._running.get(uri)
+        if running is not None:
+            running.set()
 
     async def propose(self, uri: str, pos: types.Position) -> dict | None:
         c = self.counts
@@ -103,11 +119,26 @@ class NextEdits:
             self.counts["without_model"] += name != "propagate"
             return await asyncio.to_thread(Propagator().propose, groups, uri, text, cursor, others, version)
 
+        seen = self._changes.get(uri, 0)
+
         def job(cancel):
-            proposer = self._model_proposer(name, loader.completer)
-            if proposer is None:
-                return False
-            return proposer.propose(groups, uri, text, cursor, others, version, cancel=cancel)
+            self._running[uri] = cancel  # set first, then checked: a change in between is seen either way
+            try:
+                if self._changes.get(uri, 0) != seen:  # changed while the job was queued
+                    cancel.set()
+                edit = None
+                if not cancel.is_set():
+                    proposer = self._model_proposer(name, loader.completer)
+                    if proposer is None:
+                        return False
+                    edit = proposer.propose(groups, uri, text, cursor, others, version, cancel=cancel)
+                if cancel.is_set():  # changed, superseded or cancelled meanwhile: stopped early, nothing to show
+                    self.counts["cancelled"] += 1
+                    return None
+                return edit
+            finally:
+                if self._running.get(uri) is cancel:
+                    del self._running[uri]
 
         edit = await self.service.scheduler.run(f"nextedit:{uri}", job)
         if edit is False:  # no local engine (a remote one), or a model without <|file_sep|>

@@ -35,15 +35,23 @@ from lsp_server.nextedit.types import NextEdit
 MARGIN = 0.0  # nats: chosen before the held-out runs (the model prefers the change), not tuned on them
 CONTEXT = 256  # tokens of the document above the proposal's lines
 FOLLOWING = 2  # lines after the proposal's lines scored with them
+CHUNK = 64  # tokens of the context prefilled between checks of `cancel` (about 1 s on one CPU core)
 
 
-def logps(lm, context: list[int], answers: list[list[int]]) -> list[float]:
-    """The log-probability of each of `answers` after `context` (one shared prefill, cropped back after each)."""
+def logps(lm, context: list[int], answers: list[list[int]],
+          cancel: threading.Event | None = None) -> list[float] | None:
+    """The log-probability of each of `answers` after `context` (one shared prefill, cropped back after each);
+    None when `cancel` is set meanwhile (checked every `CHUNK` tokens of the prefill and between answers)."""
     cache = lm.new_cache()
     try:
-        lm.forward(context[:-1], cache, 1)
+        for i in range(0, len(context) - 1, CHUNK):
+            if cancel is not None and cancel.is_set():
+                return None
+            lm.forward(context[i : min(i + CHUNK, len(context) - 1)], cache, 1)
         out = []
         for answer in answers:
+            if cancel is not None and cancel.is_set():
+                return None
             if not answer:  # nothing left (lines deleted at the document's end): the empty text is certain
                 out.append(0.0)
                 continue
@@ -58,10 +66,11 @@ def logps(lm, context: list[int], answers: list[list[int]]) -> list[float]:
 
 
 def scores(lm, doc: str, start: int, end: int, new_text: str, user: tuple[int, int] | None,
-           context: int = CONTEXT) -> tuple[float, float]:
+           context: int = CONTEXT, cancel: threading.Event | None = None) -> tuple[float, float] | None:
     """(log-probability with doc[start:end] replaced by `new_text`, unchanged) of the lines holding it and the
     `FOLLOWING` lines after them, after the document above them; `user`: the span of the user's edit in
-    `doc` (put first where it lies outside the context), or None (it is in another document)."""
+    `doc` (put first where it lies outside the context), or None (it is in another document). None when
+    `cancel` is set meanwhile."""
     a, tail = line_at(doc, start)[0], line_at(doc, end)[1]
     for _ in range(FOLLOWING):
         if tail < len(doc):
@@ -74,7 +83,8 @@ def scores(lm, doc: str, start: int, end: int, new_text: str, user: tuple[int, i
     if not above:
         above = lm.encode("\n")
     made = doc[a:start] + new_text + doc[end:tail]
-    return tuple(logps(lm, above, [lm.encode(made), lm.encode(doc[a:tail])]))
+    got = logps(lm, above, [lm.encode(made), lm.encode(doc[a:tail])], cancel)
+    return None if got is None else tuple(got)
 
 
 class Judged:
@@ -105,8 +115,11 @@ class Judged:
         if doc is None or not learnt:
             return None
         t0 = time.perf_counter()
-        made, unchanged = scores(self.lm, doc, edit.start, edit.end, edit.new_text,
-                                 (learnt[0].start, learnt[0].end) if edit.uri == uri else None, self.context)
+        got = scores(self.lm, doc, edit.start, edit.end, edit.new_text,
+                     (learnt[0].start, learnt[0].end) if edit.uri == uri else None, self.context, cancel)
+        if got is None:  # cancelled: the document changed, or a newer request came (lsp_server/lsp/nextedit.py)
+            return None
+        made, unchanged = got
         edit.stats = {"judge_margin": round(made - unchanged, 3), "ms": round((time.perf_counter() - t0) * 1000, 1),
                       "loose": loosely}
         return edit if made - unchanged >= self.margin else None

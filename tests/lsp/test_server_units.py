@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import asyncio
 import threading
+from types import SimpleNamespace
 
 import pytest
 
@@ -229,3 +230,44 @@ async def test_scheduler_idle_job_runs_when_nothing_waits_and_yields_to_a_reques
     assert first.future.cancelled()
     sched.close()
     assert sched.join(10)
+
+
+async def test_a_change_stops_the_documents_model_next_edit():
+    """lsp_server/lsp/nextedit.py `changed`: a model next edit (the judge takes seconds on a CPU core) stops
+    when its document changes, running or still queued, so the worker is free for the completion the typing
+    asks for; another document's change leaves it running."""
+    from lsp_server.lsp.nextedit import NextEdits
+
+    sched = Scheduler()
+    started, asked = threading.Event(), []
+
+    class Waiting:  # stands in for Judged: its prefill checks `cancel` between chunks
+        def propose(self, groups, uri, text, cursor, others, version, cancel):
+            asked.append(uri)
+            started.set()
+            return None if cancel.wait(30) else "proposal"
+
+    service = SimpleNamespace(scheduler=sched, loader=SimpleNamespace(ready=True, completer=None))
+    ne = NextEdits(None, service, lambda: Settings(next_edit_proposer="judged"))
+    ne._model_proposer = lambda name, completer: Waiting()
+    loop = asyncio.get_running_loop()
+
+    task = asyncio.ensure_future(ne._propose("a.py", "x", 0, [], [], 1))
+    await loop.run_in_executor(None, started.wait, 10)
+    ne.changed("b.py")  # another document: a.py's job goes on
+    assert not task.done()
+    ne.changed("a.py")
+    assert await asyncio.wait_for(task, 10) is None
+    assert ne.counts["cancelled"] == 1 and asked == ["a.py"]
+
+    started.clear()
+    blocker = asyncio.ensure_future(ne._propose("b.py", "x", 0, [], [], 1))  # holds the worker
+    await loop.run_in_executor(None, started.wait, 10)
+    queued = asyncio.ensure_future(ne._propose("a.py", "x", 0, [], [], 2))
+    await asyncio.sleep(0)
+    ne.changed("a.py")  # while queued: its proposer is never asked
+    ne.changed("b.py")
+    assert await asyncio.wait_for(blocker, 10) is None and await asyncio.wait_for(queued, 10) is None
+    assert ne.counts["cancelled"] == 3 and asked == ["a.py", "b.py"]
+    sched.close()
+    assert sched.join(5)

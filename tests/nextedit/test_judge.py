@@ -90,3 +90,37 @@ def test_where_the_rules_find_nothing_the_looser_places_are_judged(lm):
     assert Judged(Propagator(), lm, margin=margin + 1e-2).propose(d.h.groups(), "a.py", d.text, cursor) is None
     assert Judged(Propagator(), lm, margin=-math.inf, loose=False).propose(
         d.h.groups(), "a.py", d.text, cursor) is None  # the strict rules alone
+
+
+def test_a_cancelled_judge_stops_within_a_chunk(lm):
+    """The server sets `cancel` when the document changes (lsp_server/lsp/nextedit.py): the prefill stops at
+    the next chunk, and the proposal is None rather than a stale one."""
+    import threading
+
+    from lsp_server.nextedit import judge
+
+    cancel = threading.Event()
+    calls = []
+    forward = lm.forward
+
+    class Cancelling:
+        def __getattr__(self, name):
+            return getattr(lm, name)
+
+        def forward(self, ids, cache, last):
+            calls.append(len(ids))
+            cancel.set()  # the user typed while the first chunk ran
+            return forward(ids, cache, last)
+
+    context = lm.encode(SRC * 8)[: 3 * judge.CHUNK]
+    assert len(context) == 3 * judge.CHUNK
+    assert logps(Cancelling(), context, [lm.encode("x")], cancel) is None
+    assert calls == [judge.CHUNK]  # one chunk of three
+    cancel.clear()
+    calls.clear()
+    got = logps(lm, context, [lm.encode("x")], cancel)  # not cancelled: chunked, the same as one pass
+    assert got == pytest.approx([plain_logp(lm, context, lm.encode("x"))], abs=1e-3)
+    d = edited()
+    cancel.set()
+    assert Judged(Propagator(), lm, margin=-math.inf).propose(d.h.groups(), "a.py", d.text, d.h.last().end,
+                                                              cancel=cancel) is None
