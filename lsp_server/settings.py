@@ -88,9 +88,11 @@ class Settings:
     next_edit: bool = True
     # Who proposes `ditto/nextEdit`'s edit (lsp_server/nextedit/__init__.py PROPOSERS): propagate (no model, ~1 ms),
     # rewrite (the model writes the candidate places anew, ~2-3 s of CPU each), both (propagation's proposal shown
-    # only where the model's rewrite writes it) or judged (propagation's proposal shown only where the model finds
-    # the document more likely with it; nextedit/judge.py). Not the default: the model's proposers cost seconds of
-    # CPU and, on held-out commits, fewer right proposals (docs/nextedit.md). The inline item at the cursor's line is always propagation's (ghost text cannot wait).
+    # only where the model's rewrite writes it) or judged (propagation's proposal, or where it has none the places
+    # looser rules find, shown only where the model finds the document more likely with it; nextedit/judge.py).
+    # Not the default: the model's proposers cost seconds of CPU; on held-out commits rewrite and both are right
+    # less often than propagation, judged a little more often with a third fewer wrong (docs/nextedit.md). The
+    # inline item at the cursor's line is always propagation's (ghost text cannot wait).
     next_edit_proposer: str = "propagate"
     # The drafter's index of the open buffers, all together, in MB; least recently used ones beyond it are
     # dropped from it and indexed again when visited (completion/buffers.py; ~26 bytes a token).
