@@ -22,7 +22,7 @@ overlays the new rest of the line from its first changed character; to the line'
 longer name does not leave the old one's tail on screen). The `next_edit` setting off, neither answers anything.
 
 The proposer is the `next_edit_proposer` setting: `propagate` (the default) runs off the event loop in
-a thread; `rewrite` and `both` (lsp_server/nextedit/rewrite.py) run the loaded model on the model
+its own thread; `rewrite` and `both` (lsp_server/nextedit/rewrite.py) run the loaded model on the model
 worker (the scheduler, key `nextedit:<uri>`: a newer request for the document supersedes the older
 one, a completion request does not wait behind more than one rewrite), their rewrites in one slot of
 the engine's KV cache (`REWRITE_CACHE`). Without a local engine (the model still loading, or a team's
@@ -39,6 +39,7 @@ import asyncio
 import dataclasses
 import logging
 import threading
+from concurrent.futures import ThreadPoolExecutor
 from urllib.parse import unquote
 
 from lsprotocol import types
@@ -65,8 +66,15 @@ class NextEdits:
         self._rewriter = None  # (engine, Rewriter) of the loaded model, made on first use
         self._changes: dict[str, int] = {}  # uri -> its changes seen (`changed`), read when a model job starts
         self._running: dict[str, threading.Event] = {}  # uri -> the cancel event of its model job now running
+        self._pool = ThreadPoolExecutor(1, thread_name_prefix="ditto-propagate")  # `_propagate`
         self.counts = {"requests": 0, "proposed": 0, "none": 0, "stale": 0, "inline": 0, "model": 0,
                        "without_model": 0, "cancelled": 0}
+
+    async def _propagate(self, *args) -> NextEdit | None:
+        """Propagation (`Propagator.propose(*args)`, a few ms) off the event loop, on this object's one thread: the
+        default executor grew a thread per overlapping request (up to the cores + 4) when a busy machine made
+        typing's inline items overlap (found by tests/lsp/test_faults.py's storm beside other jobs)."""
+        return await asyncio.get_running_loop().run_in_executor(self._pool, Propagator().propose, *args)
 
     def closed(self, uri: str) -> None:
         self.changed(uri)
@@ -117,7 +125,7 @@ class NextEdits:
         loader = self.service.loader if self.service is not None else None
         if name == "propagate" or loader is None or not loader.ready:
             self.counts["without_model"] += name != "propagate"
-            return await asyncio.to_thread(Propagator().propose, groups, uri, text, cursor, others, version)
+            return await self._propagate(groups, uri, text, cursor, others, version)
 
         seen = self._changes.get(uri, 0)
 
@@ -143,7 +151,7 @@ class NextEdits:
         edit = await self.service.scheduler.run(f"nextedit:{uri}", job)
         if edit is False:  # no local engine (a remote one), or a model without <|file_sep|>
             self.counts["without_model"] += 1
-            return await asyncio.to_thread(Propagator().propose, groups, uri, text, cursor, others, version)
+            return await self._propagate(groups, uri, text, cursor, others, version)
         self.counts["model"] += 1
         return edit
 
@@ -175,7 +183,7 @@ class NextEdits:
         if found is None or len(found[0]) > MAX_OTHER_CHARS:
             return None
         text, version, cursor, groups = found
-        edit = await asyncio.to_thread(Propagator().propose, groups, uri, text, cursor, (), version)
+        edit = await self._propagate(groups, uri, text, cursor, (), version)
         now = self.documents.document(uri)
         if edit is None or now is None or now.version != version or edit.uri != uri or edit.start < cursor:
             return None
