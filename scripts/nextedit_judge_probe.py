@@ -37,11 +37,18 @@ from lsp_server.nextedit.rewrite import Rewriter, region_of
 JUDGE = os.environ.get("JUDGE", "chat")
 CONTEXT = int(os.environ.get("CONTEXT", 256))
 RELAX = os.environ.get("RELAX") in ("1", "text")
-if os.environ.get("RELAX") == "text":  # RELAX=text: the loose rules in strings and comments too (the user's kind)
-    def accepts_in_text(c, left, right, kind, line):
-        return propagate.free(c) and (kind == "code" or kind == c.kind) or kind == c.kind and left + right >= 1
 
-    propagate.accepts_loosely = accepts_in_text
+
+def accepts_in_text(c, left, right, kind, line) -> bool:
+    """RELAX=text: propagate.py `accepts_loosely`, and in strings and comments too (the user's kind of text)."""
+    return propagate.free(c) and (kind == "code" or kind == c.kind) or kind == c.kind and left + right >= 1
+
+
+def loose_propagator() -> Propagator:
+    p = Propagator(loose=True)
+    if os.environ.get("RELAX") == "text":
+        p.rule = accepts_in_text  # this propagator's rule only; the module's stays the product's
+    return p
 
 
 def auc(pos: list[float], neg: list[float]) -> float:
@@ -61,7 +68,7 @@ def main(out_path: str, repos: list[str]) -> None:
                 if RELAX:
                     if e is not None:
                         continue
-                    e = Propagator(loose=True).propose(history.groups(), c.path, text, cursor, others)
+                    e = loose_propagator().propose(history.groups(), c.path, text, cursor, others)
                 if e is None:
                     continue
                 doc, target = {c.path: (text, c.after), **{p: (b, a) for p, b, a in c.others}}[e.uri]

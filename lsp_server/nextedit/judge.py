@@ -12,9 +12,9 @@ what follows the place has its say). Where propagation's rules find no place, th
 precision without a model, and here the model guards it.
 
 The cost is two scorings after one shared prefill of the context (the KV cropped back between them):
-about `CONTEXT` + 2 x (the lines) tokens; measured at 5.9-6.8 s a proposal (p50) on one CPU core with
-llama.cpp and the default model, whose passes over several rows run one token at a time
-(docs/nextedit.md, "The file as the judge").
+about `CONTEXT` + 2 x (the lines) tokens; measured at 6.4-7.0 s a proposal (p50, three held-out sets) on
+one CPU core with llama.cpp and the default model, whose passes over several rows run one token at a time
+(docs/nextedit.md, "Rules loosened, then judged").
 
 Left out on purpose: LSP (lsp_server/lsp/nextedit.py runs it on the model worker), the rules of where a
 change applies (propagate.py, lines.py).
