@@ -12,7 +12,7 @@
 - for the strict rules (`Propagator()`) and the loose ones (`Propagator(loose=True)`, what the `judged`
   proposer judges), each asked on every case: the repeated cases where the first place is exact, where
   any place found in the document is (a judge that chose perfectly among them), and the proposals
-  shown and exact over all cases (docs/nextedit.md, "What a perfect judge could reach").
+  shown and exact over all cases (docs/nextedit.md, "A fourth held-out set, and what a perfect judge could reach").
 
     .venv/bin/python scripts/nextedit_ceiling.py /work/.mirror/pallets+click/repo ...   # git checkouts
 """
@@ -36,10 +36,7 @@ def every_place(pr: P.Propagator, groups, uri: str, text: str) -> list:
     learnt = edits(groups, text, P.EDITS)
     kinds, out = Kinds(text), {}
     for edit in learnt:
-        changes = [c for c in edit.changes if P.free(c)] if edit.partial else edit.changes
-        found = P._whole([p for c in changes for p in P._few(P.places(c, uri, text, kinds, pr.rule), c, text,
-                                                           pr.max_insertions)], changes, text)
-        found = P._outside(found + P.line_places(edit, uri, text, kinds), learnt)
+        found = pr.found(edit, learnt, uri, text, kinds)
         for p in found:
             e = P._proposal(found, text, p.start, True, None)
             out.setdefault((e.start, e.end, e.new_text), e)

@@ -172,11 +172,7 @@ class Propagator:
         down = len(learnt) < 2 or learnt[0].start >= learnt[1].start
         kinds = Kinds(text)
         for edit in learnt:
-            # An edit with runs that are no Change (learn.py) propagates by tokens only as renames of distinctive names.
-            changes = [c for c in edit.changes if free(c)] if edit.partial else edit.changes
-            found = _whole([p for c in changes for p in _few(places(c, uri, text, kinds, self.rule), c, text,
-                                                              self.max_insertions)], changes, text)
-            found = _outside(found + line_places(edit, uri, text, kinds), learnt)
+            found = self.found(edit, learnt, uri, text, kinds)
             if found:
                 self.last = (edit, found)  # for traces and the benchmark's notes
                 return _proposal(found, text, cursor, down, version)
@@ -189,6 +185,15 @@ class Propagator:
                 if found:
                     return _proposal(found, other_text, 0, True, None)
         return None
+
+    def found(self, edit: Edit, learnt: list[Edit], uri: str, text: str, kinds: Kinds) -> list[Place]:
+        """The places in the document `uri` where `edit` (one of `learnt`, the user's newest edits) applies
+        by this propagator's rule, not touching what the user's edits changed."""
+        # An edit with runs that are no Change (learn.py) propagates by tokens only as renames of distinctive names.
+        changes = [c for c in edit.changes if free(c)] if edit.partial else edit.changes
+        found = _whole([p for c in changes for p in _few(places(c, uri, text, kinds, self.rule), c, text,
+                                                          self.max_insertions)], changes, text)
+        return _outside(found + line_places(edit, uri, text, kinds), learnt)
 
 
 def _few(found: list[Place], c: Change, text: str, most: int | None = MAX_INSERTIONS) -> list[Place]:
