@@ -319,8 +319,14 @@ class DittoDriver:
             try:
                 # The drafter's index work over the whole run (lsp_server/completion/buffers.py): slices run,
                 # buffers indexed, and whether indexing was wanted at the end (no draft pays: not).
-                idx = self.client.stats().get("index") or {}
+                st = self.client.stats()
+                idx = st.get("index") or {}
                 self.info["index"] = {k: idx.get(k) for k in ("wanted", "steps", "indexings", "tokens")}
+                # The budget at the end: requests whose prefill cost less per token than the load's measurement fit
+                # it again (lsp_server/completion/fitting.py `Fit.observe`), so the load's context_tokens above
+                # need not be the one most requests ran at.
+                self.info["context_tokens_at_end"] = st.get("context_tokens")
+                self.info["context_fitted_to_at_end"] = st.get("context_fitted_to")
             except Exception:  # noqa: BLE001  (a server that died: nothing to read, stop it anyway)
                 pass
             try:

@@ -408,6 +408,9 @@ def test_replay_end_to_end_on_tiny_random(repo, tmp_path, monkeypatch):
     res = _check_run(out, ["ditto", "llama-server"])
     rp = res["meta"]["replay"]
     assert rp["systems"]["ditto"]["backend"] and rp["systems"]["llama-server"]["command"][:2] == ["taskset", "-c"]
+    # the budget is reported at load and again at the end (a request's cheaper prefill may fit it again)
+    assert rp["systems"]["ditto"]["context_tokens_at_end"] >= rp["systems"]["ditto"]["context_tokens"] > 0
+    assert "context_tokens_at_end" in (out / "report.md").read_text()
     assert {o["system"] for o in rp["opened"]} == {"ditto", "llama-server"}
     assert res["meta"]["repo_commit"] and "vs_peer" in res["summary"]["ditto"]
     ditto = [r for r in res["tasks"] if r["system"] == "ditto"]
