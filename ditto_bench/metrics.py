@@ -419,7 +419,6 @@ def _replay_group(rs: list[dict], timeout_ms: float) -> dict:
         # Ditto's requests answered with the whole file above the place (issue 40), of those it reports for.
         "whole_file": sum(1 for r in rs if r.get("whole_file")),
         "whole_file_known": sum(1 for r in rs if r.get("whole_file") is not None),
-        "gapped": sum(1 for r in rs if r.get("gapped")),  # ... and with the file's top and a gap (wholefile.py)
         "typethrough": sum(1 for r in rs if r.get("typethrough")),
         "idle_ms_p50": _r(percentile([r["idle_ms"] for r in rs if r.get("idle_ms") is not None], 50), 1),
     }

@@ -417,7 +417,6 @@ class DittoDriver:
             "prompt_tokens_processed": stats.get("prefill_tokens"),
             "prompt_tokens": trace.get("prompt_tokens") if same else None,  # the context the model saw
             "whole_file": trace.get("whole_file") if same else None,  # the whole file above (issue 40)
-            "gapped": trace.get("gapped") if same else None,  # lines a gapped prompt left out (wholefile.py)
             "reused_tokens": stats.get("reused_tokens"),
             "prefill_ms": stats.get("prefill_ms"),
             "decode_ms": stats.get("decode_ms"),

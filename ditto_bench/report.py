@@ -170,11 +170,9 @@ def replay_table(summary: dict) -> str:
 
 
 def _whole(g: dict) -> str:
-    """Requests with the whole file above / requests that say (– where none does: the peer, an older Ditto),
-    and those with the file's top above a gap (a gapped prompt, lsp_server/completion/wholefile.py) where any."""
+    """Requests with the whole file above / requests that say (– where none does: the peer, an older Ditto)."""
     n = g.get("whole_file_known") or 0
-    gapped = f" (+{g['gapped']} gapped)" if g.get("gapped") else ""
-    return f"{g['whole_file']}/{n}{gapped}" if n else "–"
+    return f"{g['whole_file']}/{n}" if n else "–"
 
 
 def _checked(g: dict) -> str:

@@ -251,11 +251,8 @@ class Completer:
         state = self._file(file, name or cache_key)
         s = settings or self.settings
         if state is not None and s.whole_file and self.generator.resumable:
-            # What a request may compute of the lines above: what the window's lines above and below cost, less
-            # the whole-file prompt's larger suffix, so that a place costs no more than the window (wholefile.py).
-            b = self.budget_for(s)
-            rules = replace(self.whole, gap=min(self.whole.gap, max(32, b.above // 2)),
-                            fresh=max(32, b.above + b.below - self.whole.below))
+            # What the KV may lack: at most half the window's lines above, so a place costs no more than the window.
+            rules = replace(self.whole, gap=min(self.whole.gap, max(32, self.budget_for(s).above // 2)))
             whole = whole_prompt(self.lm, text, line, col, state.prefix, path=name, window=state.window, heal=heal,
                                  rules=rules, block=self.lm.block)
             if whole is not None:
@@ -377,9 +374,9 @@ class Completer:
 
     # -- the whole file above the place (wholefile.py) ----------------------------------------------
     def _seed(self, prompt: Prompt, file: FileState | None, key: str | None, cache_key: str | None) -> None:
-        """A whole-file or gapped prompt: start the cache of `cache_key` from a copy of the file's prefix KV."""
+        """A whole-file prompt: start the cache of `cache_key` from a copy of the file's prefix KV."""
         state = self._file(file, key)
-        if (prompt.whole or prompt.gapped) and cache_key is not None and state is not None:
+        if prompt.whole and cache_key is not None and state is not None:
             self.generator.seed(cache_key, state.prefix.kv, prompt.ids)
 
     def fill(self, text: str, line: int, *, name: str | None = None, key: str | None = None,

@@ -88,7 +88,6 @@ class Prompt:
     stable: list[int] = field(default_factory=list)
     stable_end: int = 0
     whole: bool = False  # the whole file above the place, from its prefix KV (lsp_server/completion/wholefile.py)
-    gapped: int = 0  # lines left out between the file's top from its prefix KV and the lines above the place (wholefile.py)
 
 
 @dataclass

@@ -13,20 +13,8 @@ cursor's place but for at most `gap` tokens, a request gets the whole-file promp
     [<file_sep>path\\n]<fim_prefix>line s .. the place<fim_suffix>rest of line + lines below<fim_middle>[lines typed here]typed
 
 and the engine starts its cache from a copy of the file's KV (prefix.py `seed`): the request
-computes what is new (the rest of the last block, the lines the KV lacks, suffix and middle).
-
-An edit cuts the KV at its first changed token, and on one core a pause refills only 55-95 tokens a
-second, so after a typed block the KV often lacks more of a place's prefix than a request may compute
-(docs/perf/README.md, issue 40: each typed block cut it, 34 of 73 requests had the whole file). Then,
-where the KV still holds more than the window's head (`WholeFile.top`), the request gets a gapped prompt:
-
-    [<file_sep>path\n]<fim_prefix>line s .. the KV's last whole line, lines g .. the place<fim_suffix>...
-
-the file's top from the KV and, after a gap of the lines between, as many lines above the place as
-the window's lines above cost (`WholeFile.fresh`), so the place costs what a window costs and the
-model sees the file's top besides. `g` stays while the place stays (and while the lines from it to a
-place a few lines further down still fit the window's cost), so typing there reuses the cache as
-the window does. Until then the prompt is context.py's window, unchanged. The middle (lines typed at one place) and token
+computes what is new (the rest of the last block, the lines the KV lacks, suffix and middle). Until
+then the prompt is context.py's window, unchanged. The middle (lines typed at one place) and token
 healing are context.py's. docs/design.md, "The whole file above the cursor", has the cost model.
 
 Left out on purpose: the engine and caches (lsp_server/decoding/prefix.py), when to fill (idle work,
@@ -47,21 +35,15 @@ LONG_LINE = 20000  # characters: a line this long is left to the window (whole-f
 class FilePrefix:
     """One file's prefix sequence: where it starts and its KV (module docstring)."""
 
-    __slots__ = ("kv", "start", "after_gap")
+    __slots__ = ("kv", "start")
 
     def __init__(self):
         self.kv = PrefixKV()
         self.start = 0  # first line of the sequence in the text the Completer is given
-        # The last gapped prompt's (first line after the file's top, first line after the gap, its text, the
-        # first line of its middle): whole_prompt keeps it while it holds (`_gap`).
-        self.after_gap: tuple[int, int, str, int] | None = None
 
     def shift(self, lines: int) -> None:
         """The text starts `lines` later (files.py `FileState.shift`): the sequence's first line moves with it."""
         self.start = max(0, self.start - lines)
-        if self.after_gap is not None:
-            resume, first, text, mid = self.after_gap
-            self.after_gap = (resume - lines, first - lines, text, mid - lines) if resume - lines > self.start else None
 
 
 @dataclass
@@ -72,11 +54,6 @@ class WholeFile:
     below: int = 64  # tokens of the rest of the line and lines below in a whole-file prompt (the peer: 64 lines)
     gap: int = 192  # a request uses the whole file when the KV lacks at most this many of its prefix's tokens
     reserve: int = 512  # tokens a cache keeps free after the sequence: suffix, middle, typed text, generation
-    # Tokens of lines above the place a request may compute besides the suffix and the middle: the window's
-    # cost (the Completer sets it from its budget). The KV may lack that many of a prefix (the whole file
-    # above), and a gapped prompt holds that many lines above the place after the file's top. 0: neither.
-    fresh: int = 0
-    top: int = 128  # a gapped prompt only where the KV holds more than this many tokens of the file (the window's head)
 
     def limit(self, lm) -> int:
         """The sequence's length at most for `lm` (its caches' size less the reserve)."""
@@ -139,9 +116,7 @@ def sequence(lm, lines: list[str], start: int, path: str | None, encode, limit: 
 def whole_prompt(lm, text: str, line: int, col: int, prefix: FilePrefix, *, path: str | None, window: Window | None,
                  heal: str, rules: WholeFile, block: int) -> Prompt | None:
     """The whole-file prompt at (line, col) when the file's KV holds its prefix but for at most
-    max(`rules.gap`, `rules.fresh`) tokens (counted in whole blocks of `block` tokens), else the gapped
-    prompt where the KV holds more than `rules.top` tokens of the file (module docstring); None
-    otherwise (the window serves)."""
+    `rules.gap` tokens (counted in whole blocks of `block` tokens); None otherwise (the window serves)."""
     fim = lm.fim
     if fim is None or prefix.kv.cache is None:
         return None
@@ -151,17 +126,13 @@ def whole_prompt(lm, text: str, line: int, col: int, prefix: FilePrefix, *, path
     start = prefix.start
     if start > line:
         return None
-    limit = rules.limit(lm)
-    seq, ends = sequence(lm, lines, start, path, encode, limit, stop_line=line)
+    seq, ends = sequence(lm, lines, start, path, encode, rules.limit(lm), stop_line=line)
+    if len(ends) < line - start:
+        return None  # the lines above do not fit (or hold a line too long): the window serves
     have = common(prefix.kv.ids, seq)
     if block:
         have -= have % block
-    head = len(_header(lm, path, encode))
-    whole = len(ends) == line - start and len(seq) - have <= max(rules.gap, rules.fresh)
-    kept = 0  # lines of the file's top a gapped prompt takes from the KV (whole lines, room left for the rest)
-    while kept < len(ends) and ends[kept] <= min(have, limit - rules.fresh):
-        kept += 1
-    if not whole and (rules.fresh <= 0 or (ends[kept - 1] if kept else head) - head <= rules.top):
+    if len(seq) - have > rules.gap:
         return None
     below_ids: list[int] = []
     below_kept = ""
@@ -174,77 +145,17 @@ def whole_prompt(lm, text: str, line: int, col: int, prefix: FilePrefix, *, path
         below_kept += part
 
     def enc(i: int) -> list[int]:
-        return encode(lines[i] + "\n") if len(lines[i]) <= LONG_LINE else _UNFIT
+        return encode(lines[i] + "\n")
 
-    saved = None if window is None else (window.middle, window.last_line, window.suffix)
-    mid = middle_from(enc, lines, window, line, below_kept)
+    mid = max(start, middle_from(enc, lines, window, line, below_kept))
+    head = len(_header(lm, path, encode))
+    cut = head if mid == start else ends[mid - start - 1]
+    middle_ids = seq[cut:]
     typed_ids, healed = healed_tail(lm, typed[-4096:], heal)
+    ids = [*seq[:cut], fim.suffix, *below_ids, fim.middle, *middle_ids, *typed_ids]
+    above = "".join(l + "\n" for l in lines[start:line])
     below_text = below_kept[len(after):] if below_kept.startswith(after) else ""
-    gap = _gap(prefix, lines, enc, ends, have, limit - rules.fresh, mid, rules.fresh, kept, whole)
-    if gap is None and whole:
-        prefix.after_gap = None
-        mid = max(start, mid)
-        cut = head if mid == start else ends[mid - start - 1]
-        ids = [*seq[:cut], fim.suffix, *below_ids, fim.middle, *seq[cut:], *typed_ids]
-        above = "".join(l + "\n" for l in lines[start:line])
-        return Prompt(ids, above, typed, after, below_text, [], start, healed, whole=True)
-    if gap is None:
-        if saved is not None:  # the window's own prompt comes next: it finds the middle as it left it
-            window.middle, window.last_line, window.suffix = saved
-        return None
-    resume, first = gap
-    fresh = [t for i in range(first, line) for t in enc(i)]
-    cut = sum(len(enc(i)) for i in range(first, mid))
-    top_end = ends[resume - start - 1]
-    ids = [*seq[:top_end], *fresh[:cut], fim.suffix, *below_ids, fim.middle, *fresh[cut:], *typed_ids]
-    above = "".join(l + "\n" for l in [*lines[start:resume], *lines[first:line]])
-    return Prompt(ids, above, typed, after, below_text, [], start, healed, whole=first == resume,
-                  gapped=first - resume)
-
-
-_UNFIT: list[int] = [-1]  # stands for a line too long to tokenize (LONG_LINE)
-
-
-def _gap(prefix: FilePrefix, lines: list[str], enc, ends: list[int], have: int, room: int, mid: int, fresh: int,
-         kept: int, whole: bool) -> tuple[int, int] | None:
-    """(the first line after the file's top, the first line after the gap) of a gapped prompt for a place
-    whose middle starts on `mid`, or None for none. The last gapped prompt's while it still holds: at the
-    same place always (so the fill going on in pauses does not change a prompt the user is typing into),
-    and elsewhere its first line after the gap while that still fits, as the window's slack does
-    (context.py `ContextBudget.room_for_slack`). A new one takes the KV's `kept` lines of the top and the
-    highest line from which the lines to `mid` take at most `fresh` less a sixth (the slack). None as
-    well where the middle reaches into the KV's lines or a line between is too long to tokenize."""
-    start = prefix.start
-
-    def cost(a: int) -> int:
-        return sum(len(enc(i)) for i in range(a, mid))
-
-    def holds(resume: int) -> bool:  # the KV holds the file's top to `resume` (and room is left after it)
-        return start < resume <= start + len(ends) and ends[resume - start - 1] <= min(have, room)
-
-    last = prefix.after_gap
-    if last is not None:
-        resume, first, text, at = last
-        if not (holds(resume) and resume <= first < mid and lines[first] == text and cost(first) <= fresh):
-            last = None
-        elif at == mid:
-            return resume, first
-    if whole:
-        return None
-    resume = start + kept
-    if mid <= resume or any(enc(i) is _UNFIT for i in range(resume, mid)):
-        return None
-    if last is not None and last[1] >= resume:
-        first = last[1]
-    else:
-        first, n, slack = mid, 0, fresh - fresh // 6
-        while first > resume and n + len(enc(first - 1)) <= slack:
-            first -= 1
-            n += len(enc(first))
-        if first == mid:
-            return None
-    prefix.after_gap = (resume, first, lines[first], mid)
-    return resume, first
+    return Prompt(ids, above, typed, after, below_text, [], start, healed, whole=True)
 
 
 def next_fill(lm, rules: WholeFile, prefix: FilePrefix, window: Window, text: str, line: int,

@@ -37,7 +37,6 @@ class Counters:
     file_fills: int = 0  # idle runs that filled a file's prefix KV (lsp_server/completion/wholefile.py)
     file_fill_tokens: int = 0  # tokens they prefilled
     whole_file: int = 0  # requests answered by the model with the whole file above the place
-    gapped: int = 0  # requests answered with the file's top and the lines above the place, a gap between (wholefile.py)
     paused: int = 0  # requests answered at the deadline (first complete line), the rest generated later
     served_by_continuation: int = 0  # requests answered with text generated after an earlier answer's deadline
     resumed: int = 0  # of which the request resumed the paused generation itself (it was not finished yet)
@@ -81,7 +80,7 @@ def report(service, *, open_documents: int, protocol_futures: int, intervals: bo
         "idle_prefill": {"runs": c.idle_prefills, "tokens": c.idle_prefill_tokens,
                          "stopped": c.idle_prefills_stopped, "hits": c.idle_hits,
                          "ahead": c.idle_ahead, "served_ahead": c.served_ahead},
-        "whole_file": {"requests": c.whole_file, "gapped": c.gapped, "fills": c.file_fills, "fill_tokens": c.file_fill_tokens},
+        "whole_file": {"requests": c.whole_file, "fills": c.file_fills, "fill_tokens": c.file_fill_tokens},
         "deadline": {"answered_at_deadline": c.paused, "finished_while_idle": c.idle_continuations,
                      "served_by_continuation": c.served_by_continuation, "resumed_by_request": c.resumed},
         "model": loader.info.get("model") if ready else settings.model,

@@ -119,7 +119,6 @@ class CompletionService:
             if sug.typethrough:
                 return sug  # the trace of the completion on screen stays the one to show
             c.whole_file += int(sug.prompt.whole)
-            c.gapped += int(sug.prompt.gapped > 0)
             trace = self._trace(snap, sug, completer)
             # Where a request's time went besides the Completer (docs/perf/README.md): waiting for the
             # worker (idle work finishing its pass, an older request) and the rest of the job.
@@ -199,7 +198,6 @@ class CompletionService:
             "ahead": sug.ahead,  # generated while idle before the request (its stats are that generation's)
             "prompt_tokens": len(sug.prompt.ids),  # what the model saw (its stats say what it processed)
             "whole_file": sug.prompt.whole,  # the whole file above the place (lsp_server/completion/wholefile.py)
-            "gapped": sug.prompt.gapped,  # lines a gapped prompt left out between the file's top and the place's lines
             "rounds": legacy_rounds(data["rounds"], lm.decode),
             "trace": data,
         }

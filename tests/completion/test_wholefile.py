@@ -181,52 +181,6 @@ def test_an_edit_above_falls_back_to_the_window_until_refilled_and_a_long_file_a
     assert completer.prompt_for(text, 130, 0, name="m.py", cache_key="k").whole
 
 
-def test_after_an_edit_the_file_top_from_the_kv_and_the_lines_above_the_place_cost_a_window(lm):
-    """The gapped prompt (wholefile.py): lines typed in the middle of a filled file cut its KV there; a
-    request further down gets the file's top from the KV, a gap, and the lines above the place at the
-    window's cost, and writes what a fresh prefill of that prompt writes. The prompt stays while the place
-    does (the KV growing in pauses does not move it); a refill gives a new place the whole file."""
-    completer = Completer(lm, settings=CompleterSettings(whole_file=True))  # (off by default)
-    completer.whole = WholeFile(tokens=8192)
-    text = "\n".join(TEXT)
-    _fill_all(completer, text, 120, "m.py")
-    prefix = completer.files.get("m.py").prefix
-    filled = list(prefix.kv.ids)
-    edited = TEXT[:96] + ["    # a note typed here", "    x = compute(x)  # and a line"] * 6 + TEXT[96:]
-    et, line = "\n".join(edited), 138
-    col = len(edited[line]) - len(edited[line].lstrip())
-    opts = DecodeOptions(max_new_tokens=8, draft_max=0)
-    sug = completer.complete(et, line, col, name="m.py", cache_key="k", options=opts)
-    p, st = sug.prompt, sug.completion.stats
-    assert not p.whole and p.gapped > 0 and p.start_line == prefix.start < 96  # (llama.cpp's 4,096: it starts at 64)
-    top = sum(len(lm.encode(l + "\n")) for l in TEXT[prefix.start:96])
-    kept = common_prefix(p.ids, filled)
-    longest = max(len(lm.encode(l + "\n")) for l in TEXT[prefix.start:96])
-    assert kept >= top - (lm.block or 1) - longest  # the file's top, to line 95 but the KV's last block's, ...
-    assert st.reused_tokens >= kept - lm.block and st.prefill_tokens < len(p.ids) - kept + lm.block  # ... for free
-    above = "".join(l + "\n" for l in edited[line - 2: line])
-    assert p.above.endswith(above) and "# a note typed here" not in p.above  # the lines just above; the gap
-    from lsp_server.decoding.healing import Healing
-
-    heal = Healing(completer.vocab_bytes(), p.healed.encode()) if p.healed else None
-    fresh = Engine(lm).generate(p.ids, options=opts, constraint=heal).tokens
-    assert fresh[: len(sug.completion.tokens)] == sug.completion.tokens
-    # Typing at the place keeps the prompt's start: the next request computes the typed text only.
-    typed = edited[:line] + [edited[line][:col] + "retu"] + edited[line + 1:]
-    again = completer.complete("\n".join(typed), line, col + 4, name="m.py", cache_key="k", options=opts)
-    assert again.prompt.gapped == p.gapped and again.completion.stats.reused_tokens >= len(p.ids) - 2 * (lm.block or 1) - 8
-    _fill_all(completer, et, line, "m.py")  # the pause refills the KV from the edit: the place keeps its
-    assert completer.prompt_for(et, line, col, name="m.py", cache_key="k").gapped == p.gapped  # prompt, ...
-    assert completer.prompt_for(et, line - 8, 0, name="m.py", cache_key="k").whole  # ... a new place has it all
-
-
-def common_prefix(a: list[int], b: list[int]) -> int:
-    n = 0
-    while n < min(len(a), len(b)) and a[n] == b[n]:
-        n += 1
-    return n
-
-
 @pytest.fixture(scope="module", params=["llama.cpp", "torch"])
 def default_lm(request):
     from lsp_server.backends.base import ModelError
