@@ -58,8 +58,8 @@ class Settings:
     max_tokens: int = 64  # token budget of one suggestion
     # Prompt budget in tokens (completion/context.py ContextBudget.scaled); 0: the largest that answers a place
     # not visited yet within the time goal on this machine, fitted when the model loads from what a prompt
-    # token and a generated token cost there (completion/build.py `fitting_budget`: 384 on one core of the
-    # development machine, 2048 on a GPU, never under 256). A bigger prompt is more often right and costs
+    # token and a generated token cost there (completion/fitting.py `fitting_budget`, a multiple of 32: 384 on
+    # one core of the development machine, 2048 on a GPU, never under 256). A bigger prompt is more often right and costs
     # its prefill at every new place (docs/perf/README.md has the frontier); `ditto/stats` says what was chosen.
     context_tokens: int = 0
     # What of the other open buffers the prompt holds (completion/context.py ContextBudget.scaled): heads = each
