@@ -100,47 +100,99 @@ class Backend(Protocol):
 
 
 class WholeBlocks:
-    """Prompt passes on whole blocks of absolute positions, so that KV reuse computes what a
-    fresh prefill computes (docs/backends.md, "Reuse computes what a fresh prefill computes").
+    """Prompt passes cut at fixed places, so that KV reuse computes what a fresh prefill computes
+    (docs/backends.md, "Reuse computes what a fresh prefill computes").
 
     Neither llama.cpp nor torch on a CPU is batch-invariant: a row's KV and logits depend on
-    how many rows share its pass. A backend mixing this in cuts every prompt pass where the
-    absolute position is a multiple of `block` (`pieces`) and reports each pass (`passed`)
-    and crop (`cropped`). A cache then records how far it was computed in whole blocks so
-    laid (`aligned`) and where a shorter pass that began there ended (`tail`); `reusable`
-    tells the engine how much of a cached prefix a new prompt may keep: whole blocks, or all
-    of it when it is that very prompt. The rest is recomputed in the passes a fresh prefill
-    runs, so by induction over blocks every cell holds a fresh prefill's bits.
+    how many rows share its pass. A backend mixing this in cuts every prompt pass at the
+    plan's cuts (`pieces`) and reports each pass (`passed`) and crop (`cropped`). The cuts are
+    the multiples of `block` and, after a sequence's first <fim_middle>, the end of that token
+    and of every token that ends a line: the lines typed at a place, which the prompt keeps in
+    its middle (lsp_server/completion/context.py `_middle_from`, each line tokenized on its own).
+    Whether a position is a cut depends only on the tokens up to it, so two prompts that share
+    a prefix have the same cuts within it. A cache records how far it was computed in passes
+    of that plan (`aligned`, with the line cuts among them in `cuts`) and where a shorter pass
+    that began there ended (`tail`); `reusable` tells the engine how much of a cached prefix a
+    new prompt may keep: up to its last cut, or all of it when it is that very prompt. The rest
+    is recomputed in the passes a fresh prefill runs, so by induction over passes every cell
+    holds a fresh prefill's bits. The line cuts make a line typed at a place cost that line
+    (and the next line's start), not also the rest of a 32-token block before it.
     """
 
     block = 32  # 0: passes are not cut and a cached prefix is kept whole (torch's default)
 
-    def pieces(self, pos: int, n: int) -> list[int]:
-        """Sizes of the passes for n tokens from position pos: cut at multiples of `block`."""
-        if not self.block:
-            return [n]
+    def _middle_id(self) -> int | None:
+        fim = getattr(self, "fim", None)
+        return fim.middle if fim is not None else None
+
+    def _ends_line(self, tid: int) -> bool:
+        """Whether token `tid` writes a newline (its text read once per id)."""
+        memo = self.__dict__.setdefault("_line_ends", {})
+        got = memo.get(tid)
+        if got is None:
+            try:
+                got = memo[tid] = "\n" in self.token_text(tid)
+            except Exception:  # an id the tokenizer cannot write: no cut
+                got = memo[tid] = False
+        return got
+
+    def _cuts(self, cache, pos: int, ids: Sequence[int]) -> tuple[list[bool], int]:
+        """For each of `ids` (at pos, pos + 1, ... of `cache`): whether the plan cuts after it; and
+        the position after the sequence's first <fim_middle> (0: none yet)."""
+        middle = self._middle_id()
+        mid = getattr(cache, "mid", 0)
         out = []
-        while n > 0:
-            size = min(n, self.block - pos % self.block)
-            out.append(size)
-            pos, n = pos + size, n - size
+        for i, tid in enumerate(ids):
+            end = pos + i + 1
+            cut = end % self.block == 0
+            if middle is not None:
+                if not mid and tid == middle:
+                    mid, cut = end, True
+                elif mid and self._ends_line(tid):
+                    cut = True
+            out.append(cut)
+        return out, mid
+
+    def pieces(self, cache, pos: int, ids: Sequence[int]) -> list[int]:
+        """Sizes of the passes for `ids` from position pos of `cache`: cut where the plan cuts."""
+        n = len(ids)
+        if not self.block:
+            return [n] if n else []
+        cuts, _ = self._cuts(cache, pos, ids)
+        out, start = [], 0
+        for i, cut in enumerate(cuts):
+            if cut or i == n - 1:
+                out.append(i + 1 - start)
+                start = i + 1
         return out
 
-    def passed(self, cache, pos: int, n: int) -> None:
-        """A pass wrote positions pos..pos+n-1 of `cache`."""
-        if self.block and getattr(cache, "aligned", 0) == pos and pos % self.block == 0:
-            if n == self.block:
-                cache.aligned, cache.tail = pos + n, 0
-            elif n < self.block:
-                cache.tail = pos + n
+    def passed(self, cache, pos: int, ids: Sequence[int]) -> None:
+        """A pass wrote `ids` at positions pos..pos+len(ids)-1 of `cache`."""
+        if not self.block or not ids:
+            return
+        cuts, cache.mid = self._cuts(cache, pos, ids)
+        if getattr(cache, "aligned", 0) != pos or any(cuts[:-1]):
+            return  # not a pass of the plan: it began after a cut left out, or a cut falls inside it
+        end = pos + len(ids)
+        if cuts[-1]:
+            cache.aligned, cache.tail = end, 0
+            if end % self.block:
+                cache.cuts = [*getattr(cache, "cuts", ()), end]
+        else:
+            cache.tail = end
 
     def cropped(self, cache, keep: int) -> None:
         """`cache` now holds its first `keep` tokens."""
         if not self.block:
             return
-        cache.aligned = min(getattr(cache, "aligned", 0), keep - keep % self.block)
+        a = min(getattr(cache, "aligned", 0), keep)
+        cuts = [c for c in getattr(cache, "cuts", ()) if c <= a]
+        cache.cuts = cuts
+        cache.aligned = max(a - a % self.block, cuts[-1] if cuts else 0)
         if getattr(cache, "tail", 0) > keep:
             cache.tail = 0
+        if getattr(cache, "mid", 0) > keep:
+            cache.mid = 0
 
     def reusable(self, cache, keep: int, length: int | None = None) -> int:
         """How much of a cached prefix of `keep` tokens a prompt of `length` tokens may keep."""
@@ -150,7 +202,20 @@ class WholeBlocks:
         if keep == length and keep == getattr(cache, "tail", 0):
             return keep
         keep = min(keep, getattr(cache, "aligned", 0))
-        return keep - keep % self.block
+        cut = max((c for c in getattr(cache, "cuts", ()) if c <= keep), default=0)
+        return max(keep - keep % self.block, cut)
+
+    @staticmethod
+    def reset_plan(cache) -> None:
+        """`cache` holds nothing computed in the plan's passes."""
+        cache.aligned = cache.tail = cache.mid = 0
+        cache.cuts = []
+
+    @staticmethod
+    def copy_plan(src, dst) -> None:
+        """`dst` holds a copy of `src`'s cells (cropped after)."""
+        dst.aligned, dst.tail, dst.mid = getattr(src, "aligned", 0), getattr(src, "tail", 0), getattr(src, "mid", 0)
+        dst.cuts = list(getattr(src, "cuts", ()))
 
 
 class TensorBackend(WholeBlocks):

@@ -168,6 +168,48 @@ def test_prompt_passes_are_cut_at_whole_blocks_and_only_whole_blocks_are_reused(
     assert lm.reusable(c, 10) == 0
 
 
+def test_after_fim_middle_passes_are_also_cut_where_a_line_ends(lm, monkeypatch):
+    """The lines typed at a place sit after <fim_middle> (lsp_server/completion/context.py): the plan
+    cuts there after every token that ends a line too (lsp_server/backends/base.py WholeBlocks), so a
+    prompt with one more line keeps the lines before it, not only whole 32-token blocks. Whether a
+    position is a cut depends only on the tokens up to it: the same plan for every prompt sharing them."""
+    passes = []
+    real = lm._L
+
+    class Spy:
+        def __getattr__(self, name):
+            return getattr(real, name)
+
+        def llama_decode(self, ctx, batch):
+            passes.append((int(lm._pos[0]), int(batch.n_tokens)))
+            return real.llama_decode(ctx, batch)
+
+    monkeypatch.setattr(lm, "_L", Spy())
+    b, nl = lm.block, lm.encode("\n")[-1]
+    assert "\n" in lm.token_text(nl) and lm.fim is not None
+    head = ids_of(40, seed=7)
+    assert nl not in head
+    line = [*ids_of(6, seed=8), nl]  # a line of the middle: 7 tokens, the last one ends it
+    prompt = [*head, lm.fim.middle, *line, *line, *ids_of(3, seed=9)]  # 41 | 7 | 7 | 3
+    c = lm.new_cache()
+    try:
+        lm.forward(prompt, c, last=1)
+        assert passes == [(0, b), (b, 9), (41, 7), (48, 7), (55, 3)]
+        assert lm.reusable(c, len(prompt)) == 55  # the last line's end, where the old plan kept 32
+        assert lm.reusable(c, 52) == 48 and lm.reusable(c, 47) == 41 and lm.reusable(c, 40) == b
+        assert lm.reusable(c, len(prompt), len(prompt)) == len(prompt)  # this very prompt
+        lm.crop(c, 50)
+        assert lm.reusable(c, 50) == 48 and c.cuts == [41, 48]
+        lm.crop(c, 40)  # <fim_middle> cropped: no line cuts until it comes again
+        assert c.mid == 0 and c.cuts == [] and lm.reusable(c, 40) == b
+        passes.clear()
+        lm.forward([*ids_of(4, seed=10), nl, 7], c, last=1)  # a newline before any <fim_middle>: no cut
+        assert passes == [(40, 6)]
+    finally:
+        lm.release(c)
+    assert c.mid == 0 and c.cuts == [] and c.aligned == 0
+
+
 def test_the_engine_keeps_only_what_the_backend_calls_reusable(lm):
     from lsp_server.decoding.types import DecodeOptions
     from lsp_server.decoding.engine import Engine

@@ -75,3 +75,58 @@ def test_suggestions_through_the_cache_equal_fresh_ones(lm, ids):
     for prompt in (ids[:120], ids[:60] + ids[100:140], ids):
         through_cache = engine.generate(prompt, options=opts, cache_key="doc")
         assert through_cache.tokens == engine.generate(prompt, options=opts).tokens
+
+
+def test_lines_typed_in_the_middle_keep_the_lines_before_them_and_stay_exact(lm):
+    """After <fim_middle> the plan also cuts where a line ends (lsp_server/backends/base.py WholeBlocks): a
+    prompt with one more typed line keeps the cached lines before it (the old plan kept only whole
+    32-token blocks, a line and a half more to recompute on average), and computes a fresh prefill's logits."""
+    fim = lm.fim
+    src = (ROOT / "lsp_server/decoding/engine.py").read_text().splitlines()
+    src = [l for l in src if l.strip()]
+    head = [fim.prefix, *[t for l in src[:12] for t in lm.encode(l + "\n")], fim.suffix,
+            *lm.encode(src[30] + "\n"), fim.middle]
+    lines = [lm.encode(l + "\n") for l in src[12:20]]  # each line tokenized on its own, as context.py does
+
+    def prompt(k: int) -> list[int]:  # k lines typed at the place, then the start of the next one
+        return [*head, *[t for l in lines[:k] for t in l], *lm.encode(src[12 + k][:6])]
+
+    gained = 0
+    for k in range(1, 7):
+        earlier, want, last = prompt(k - 1)[:-1], prompt(k)[:-1], prompt(k)[-1]
+        fresh = lm.new_cache()
+        try:
+            lm.forward(want, fresh, last=1)
+            expected = lm.forward([last], fresh, last=1)
+        finally:
+            lm.release(fresh)
+        c = lm.new_cache()
+        try:
+            lm.forward(earlier, c, last=1)
+            common = next((i for i, (x, y) in enumerate(zip(earlier, want)) if x != y), min(len(earlier), len(want)))
+            keep = lm.reusable(c, common, len(want))
+            line_start = len(head) + sum(map(len, lines[: k - 1]))
+            assert keep >= line_start, f"{k} lines: kept {keep}, the lines before end at {line_start}"
+            gained += int(keep > common - common % lm.block)
+            lm.crop(c, keep)
+            lm.forward(want[keep:], c, last=1)
+            got = lm.forward([last], c, last=1)
+            assert torch.equal(got, expected), f"{k} lines (kept {keep}): {(got - expected).abs().max().item():.3g} apart"
+        finally:
+            lm.release(c)
+    assert gained >= 3  # most lines kept more than whole blocks would
+
+
+def test_typing_line_after_line_through_the_engine_equals_fresh(lm):
+    """The engine's path with the middle growing a line at a time (the session replay's warm requests)."""
+    fim = lm.fim
+    src = [l for l in (ROOT / "lsp_server/completion/context.py").read_text().splitlines() if l.strip()]
+    head = [fim.prefix, *[t for l in src[40:52] for t in lm.encode(l + "\n")], fim.suffix, fim.middle]
+    engine = Engine(lm)
+    opts = DecodeOptions(max_new_tokens=6)
+    typed: list[int] = []
+    for k in range(5):
+        prompt = [*head, *typed, *lm.encode(src[52 + k][:5])]
+        through_cache = engine.generate(prompt, options=opts, cache_key="doc")
+        assert through_cache.tokens == engine.generate(prompt, options=opts).tokens
+        typed += lm.encode(src[52 + k] + "\n")

@@ -27,7 +27,9 @@ Ditto's own binding exposes it (lsp_server/backends/llama/binding.py: one `llama
   prefix only up to the last whole block within it (or all of it when it is the very prompt
   whose last partial block ran in one pass: `tail`); the rest is recomputed in the blocks a
   fresh prefill uses. Reuse then gives the bits of a fresh prefill (up to 31 more tokens recomputed
-  per request; passes of 32 rows cost what passes of 512 cost here; docs/backends.md).
+  per request; passes of 32 rows cost what passes of 512 cost here; docs/backends.md). After a
+  prompt's <fim_middle> the passes are also cut where a line ends, so a line typed at a place
+  recomputes that line, not the rest of a block before it (lsp_server/backends/base.py WholeBlocks).
 - Text side: llama.cpp's own tokenizer from the GGUF (special tokens in text are parsed
   as the torch backend's tokenizer parses them); FIM tokens and stop ids are read from
   the GGUF's vocabulary (lsp_server/backends/base.py).
@@ -68,12 +70,14 @@ log = logging.getLogger(__name__)
 class LlamaCache:
     """One sequence: `n` tokens at positions 0..n-1, resident in `slot` or swapped out to `saved`."""
 
-    __slots__ = ("n", "aligned", "tail", "slot", "saved", "used", "__weakref__")
+    __slots__ = ("n", "aligned", "tail", "mid", "cuts", "slot", "saved", "used", "__weakref__")
 
     def __init__(self):
         self.n = 0
         self.aligned = 0  # positions < aligned were computed in whole-block prompt passes
         self.tail = 0  # the end of a shorter pass that began at `aligned` (a prompt's last block), or 0
+        self.mid = 0  # the position after its first <fim_middle>, 0: none (lsp_server/backends/base.py WholeBlocks)
+        self.cuts: list[int] = []  # the line cuts (not multiples of the block) up to `aligned`
         self.slot: int | None = None
         self.saved = None  # ctypes byte array from llama_state_seq_get_data while swapped out
         self.used = 0
@@ -313,7 +317,7 @@ class LlamaModel(TensorBackend):
         L = self._L
         out = None
         start = 0
-        for n in self.pieces(cache.n, len(ids)):
+        for n in self.pieces(cache, cache.n, ids):
             pos = cache.n
             chunk = ids[start : start + n]
             self._tokens[:n] = chunk
@@ -332,7 +336,7 @@ class LlamaModel(TensorBackend):
             if rc != 0:
                 raise RuntimeError(f"llama.cpp decode failed (code {rc}) at position {cache.n} of slot {slot}")
             cache.n += n
-            self.passed(cache, pos, n)
+            self.passed(cache, pos, chunk)
             start += n
             if logits and end:
                 ptr = L.llama_get_logits_ith(self._ctx, n - 1)
@@ -367,7 +371,8 @@ class LlamaModel(TensorBackend):
                 data = (ctypes.c_uint8 * size)()
                 if not int(L.llama_state_seq_get_data(self._ctx, data, size, cache.slot)):
                     raise RuntimeError(f"llama.cpp could not copy the sequence of slot {cache.slot}")
-            out.saved, out.n, out.aligned, out.tail = data, keep, cache.aligned, cache.tail
+            out.saved, out.n = data, keep
+            self.copy_plan(cache, out)
             self.cropped(out, keep)
             return out
 
@@ -376,7 +381,8 @@ class LlamaModel(TensorBackend):
             if cache.slot is not None and self._native.ctx:
                 self._L.llama_memory_seq_rm(self._mem, cache.slot, -1, -1)
                 self._slots[cache.slot] = None
-            cache.slot, cache.saved, cache.n, cache.aligned, cache.tail = None, None, 0, 0, 0
+            cache.slot, cache.saved, cache.n = None, None, 0
+            self.reset_plan(cache)
 
     # -- slots -----------------------------------------------------------------------------
     def _resident(self, cache: LlamaCache) -> int:
@@ -417,7 +423,8 @@ class LlamaModel(TensorBackend):
         L.llama_memory_seq_rm(self._mem, lru_slot, -1, -1)
         lru.slot, lru.saved = None, (data if got else None)
         if not got:
-            lru.n = lru.aligned = lru.tail = 0
+            lru.n = 0
+            self.reset_plan(lru)
             log.warning("llama.cpp could not save a sequence of slot %d; it will be recomputed", lru_slot)
         self._slots[lru_slot] = None
         return lru_slot

@@ -237,7 +237,8 @@ class TorchModel(TensorBackend):
             return DynamicCache(config=self._model.config)
         if self._pool:
             cache = self._pool.pop()
-            cache.length = cache.aligned = cache.tail = 0
+            cache.length = 0
+            self.reset_plan(cache)
             cache.grow(self._capacity)
             return cache
         cfg = self._model.config
@@ -264,17 +265,17 @@ class TorchModel(TensorBackend):
             if len(tree) != n or last != n:
                 raise ValueError(f"a tree pass of {len(tree)} rows got {n} tokens and last={last}")
             out = self._pass(ids, cache, last, tree)
-            self.passed(cache, pos, n)
+            self.passed(cache, pos, ids)
             return out
         if last == 1 and n > 1:  # a prompt pass: on whole blocks (backend.py WholeBlocks)
             out, start = None, 0
-            for size in self.pieces(pos, n):
+            for size in self.pieces(cache, pos, ids):
                 out = self._pass(ids[start : start + size], cache, 1)
-                self.passed(cache, pos + start, size)
+                self.passed(cache, pos + start, ids[start : start + size])
                 start += size
             return out
         out = self._pass(ids, cache, last)
-        self.passed(cache, pos, n)
+        self.passed(cache, pos, ids)
         return out
 
     def tree_next(self, cache, parents: Sequence[int]) -> None:
@@ -345,7 +346,7 @@ class TorchModel(TensorBackend):
                 out.length = keep
             else:
                 out = copy.deepcopy(cache)
-        out.aligned, out.tail = getattr(cache, "aligned", 0), getattr(cache, "tail", 0)
+        self.copy_plan(cache, out)
         self.crop(out, keep)
         return out
 
