@@ -122,11 +122,8 @@ def test_a_reused_prefix_gives_the_logits_of_a_fresh_prefill(lm):
         lm.release(split)
 
 
-def test_prompt_passes_are_cut_at_whole_blocks_and_only_whole_blocks_are_reused(lm, monkeypatch):
-    """A row's logits depend on the rows sharing its pass (the default model: up to 0.35 apart,
-    tests/backends/test_llama_reuse.py), so prompt passes are cut at multiples of `block` of the absolute
-    position, and a cached prefix is kept only up to the last block computed whole: what is
-    recomputed then runs in the passes a fresh prefill runs."""
+def spy_on_passes(lm, monkeypatch) -> list[tuple[int, int]]:
+    """(first position, rows) of every llama_decode `lm` runs from now on."""
     passes = []
     real = lm._L
 
@@ -139,6 +136,15 @@ def test_prompt_passes_are_cut_at_whole_blocks_and_only_whole_blocks_are_reused(
             return real.llama_decode(ctx, batch)
 
     monkeypatch.setattr(lm, "_L", Spy())
+    return passes
+
+
+def test_prompt_passes_are_cut_at_whole_blocks_and_only_whole_blocks_are_reused(lm, monkeypatch):
+    """A row's logits depend on the rows sharing its pass (the default model: up to 0.35 apart,
+    tests/backends/test_llama_reuse.py), so prompt passes are cut at multiples of `block` of the absolute
+    position, and a cached prefix is kept only up to the last block computed whole: what is
+    recomputed then runs in the passes a fresh prefill runs."""
+    passes = spy_on_passes(lm, monkeypatch)
     b = lm.block
     assert b == 32
     ids = ids_of(3 * b + 10, seed=3)
@@ -173,18 +179,7 @@ def test_after_fim_middle_passes_are_also_cut_where_a_line_ends(lm, monkeypatch)
     cuts there after every token that ends a line too (lsp_server/backends/base.py WholeBlocks), so a
     prompt with one more line keeps the lines before it, not only whole 32-token blocks. Whether a
     position is a cut depends only on the tokens up to it: the same plan for every prompt sharing them."""
-    passes = []
-    real = lm._L
-
-    class Spy:
-        def __getattr__(self, name):
-            return getattr(real, name)
-
-        def llama_decode(self, ctx, batch):
-            passes.append((int(lm._pos[0]), int(batch.n_tokens)))
-            return real.llama_decode(ctx, batch)
-
-    monkeypatch.setattr(lm, "_L", Spy())
+    passes = spy_on_passes(lm, monkeypatch)
     b, nl = lm.block, lm.encode("\n")[-1]
     assert "\n" in lm.token_text(nl) and lm.fim is not None
     head = ids_of(40, seed=7)

@@ -43,15 +43,21 @@ def ids(lm):
     return lm.encode((ROOT / "lsp_server/decoding/engine.py").read_text())[:150]
 
 
-def test_a_prompt_after_any_cached_prefix_has_the_logits_of_a_fresh_prefill(lm, ids):
-    """As the engine runs a prompt: all but its last token prefilled (`want`), then the last token."""
-    want, last = ids[:-1], ids[-1]
+def fresh_logits(lm, want: list[int], last: int) -> torch.Tensor:
+    """The last token's logits after `want` prefilled on a cache of its own (the engine's way: all but
+    the prompt's last token, then that token)."""
     fresh = lm.new_cache()
     try:
         lm.forward(want, fresh, last=1)
-        expected = lm.forward([last], fresh, last=1)
+        return lm.forward([last], fresh, last=1)
     finally:
         lm.release(fresh)
+
+
+def test_a_prompt_after_any_cached_prefix_has_the_logits_of_a_fresh_prefill(lm, ids):
+    """As the engine runs a prompt: all but its last token prefilled (`want`), then the last token."""
+    want, last = ids[:-1], ids[-1]
+    expected = fresh_logits(lm, want, last)
     for before in (1, 45, len(want) - 1, len(want)):  # where an earlier prompt ended (the last: idle prefill)
         c = lm.new_cache()
         try:
@@ -94,12 +100,7 @@ def test_lines_typed_in_the_middle_keep_the_lines_before_them_and_stay_exact(lm)
     gained = 0
     for k in range(1, 7):
         earlier, want, last = prompt(k - 1)[:-1], prompt(k)[:-1], prompt(k)[-1]
-        fresh = lm.new_cache()
-        try:
-            lm.forward(want, fresh, last=1)
-            expected = lm.forward([last], fresh, last=1)
-        finally:
-            lm.release(fresh)
+        expected = fresh_logits(lm, want, last)
         c = lm.new_cache()
         try:
             lm.forward(earlier, c, last=1)
