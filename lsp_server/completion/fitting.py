@@ -13,6 +13,8 @@ Left out on purpose: measuring (build.py), prompts (context.py).
 
 from __future__ import annotations
 
+from lsp_server.completion.context import ContextBudget
+
 # The prompt budget that fits this machine (`context_tokens` 0, the default). A place not visited yet
 # costs the part of its prompt that is not cached (the file's head is: about 45% of the budget is
 # processed there, 111 of 256, 172 of 384 and 214 of 512 tokens at p50 in the replays of
@@ -25,7 +27,7 @@ from __future__ import annotations
 # The budget is proportional, not a choice among a few steps: with steps of 128 tokens the same quiet
 # machine fitted 256 at 13.0 ms a prompt token and 384 at 12.7 (docs/perf/README.md, issue 40), so
 # a few percent of timing moved a third of the prompt; now it moves by what the timing moves.
-BUDGET_MIN = 256
+BUDGET_MIN = ContextBudget.DEFAULT_TOTAL  # 256
 BUDGET_MAX = 2048
 BUDGET_GRAIN = 32  # the llama.cpp backend's prompt block (lsp_server/backends/llama/model.py)
 COLD_GOAL_MS = 2550.0
