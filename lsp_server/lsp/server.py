@@ -42,9 +42,10 @@ log = logging.getLogger(__name__)
 
 class DittoServer(LanguageServer):
     def __init__(self, settings: Settings | None = None):
-        # pygls's thread pool serves only its stdin reader here (no handler is a thread function): one
-        # read at a time, so one worker. With its default (cores + 4) a busy machine made it start a
-        # new thread for a read submitted before the last reader thread went idle (tests/lsp/test_faults.py).
+        # pygls's thread pool serves only its stdin reader here (`StdinAsyncReader`; no handler is a
+        # thread function): one read at a time, so one worker. With pygls's default (cores + 4) a busy
+        # machine made it start a new thread for a read submitted before the last reader thread went
+        # idle (tests/lsp/test_faults.py, the typing storm).
         super().__init__("ditto-lsp", "0.1.0", protocol_cls=DittoProtocol, max_workers=1,
                          text_document_sync_kind=types.TextDocumentSyncKind.Incremental)
         self.settings = settings or Settings()

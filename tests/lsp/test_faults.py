@@ -147,22 +147,22 @@ def test_the_server_exits_promptly_when_the_client_goes_away_mid_generation():
 
 
 def test_the_stdin_reader_pool_never_starts_a_second_thread():
-    # pygls reads stdin through the server's thread pool, one read after another (pygls/io_.py).
-    # A read submitted before the last one's thread went idle started a new thread with pygls's
-    # default pool size, so a typing storm on a busy machine grew the server's threads
-    # (tests/lsp/test_faults.py). Here every job is submitted while the others still run.
+    # pygls reads stdin through the server's thread pool, one read after another (its
+    # `StdinAsyncReader`). A read submitted before the last one's thread went idle started a new
+    # thread with pygls's default pool size, so a typing storm on a busy machine grew the server's
+    # threads (the storm test below). Here every job is submitted while the others still run.
     import threading
     from lsp_server.lsp.server import DittoServer
 
     server = DittoServer()
     gate = threading.Event()
-    names = []
-    jobs = [server.thread_pool.submit(lambda: (gate.wait(5), names.append(threading.get_ident()))) for _ in range(4)]
+    idents = []
+    jobs = [server.thread_pool.submit(lambda: (gate.wait(5), idents.append(threading.get_ident()))) for _ in range(4)]
     gate.set()
     for j in jobs:
         j.result(10)
     server.thread_pool.shutdown()
-    assert len(names) == 4 and len(set(names)) == 1
+    assert len(idents) == 4 and len(set(idents)) == 1
 
 
 def test_a_small_typing_storm_answers_everything_and_holds_memory_and_threads():
