@@ -1,7 +1,14 @@
 """Fixtures shared by several test modules."""
 
-import pytest
-import torch
+import os
+
+# Thread checks on (lsp_server/lsp/threads.py): a method of the event loop's parts called on the model
+# worker, or the other way round, raises. Set before the server's modules are imported, and inherited
+# by every server a test starts.
+os.environ.setdefault("DITTO_CHECK_THREADS", "1")
+
+import pytest  # noqa: E402
+import torch  # noqa: E402
 
 
 @pytest.fixture(scope="module")

@@ -10,6 +10,8 @@ from __future__ import annotations
 
 import ast
 import shutil
+
+import pytest
 from pathlib import Path
 
 ROOT = Path(__file__).resolve().parents[1]
@@ -263,3 +265,88 @@ def test_the_private_check_catches_planted_reaches(tmp_path):
     assert "lsp_server.lsp.idle reads ._idle_running" in found
     assert "lsp_server.lsp.stats reads getattr _windows" in found
     assert "drafters.ngram reads import drafters.speculation._hidden" in found
+
+
+# -- two threads, one owner each (lsp_server/lsp/threads.py) -------------------------------------
+# The model worker's side of the server (lsp_server/lsp/worker/) never imports pygls, lsprotocol or a
+# module of the event loop's side, and never calls the loop's parts it is handed: it posts them
+# (`post(loop_side.warmed, snap)`, `self._post(self._sinks.count, ...)`), so they run on the loop.
+WORKER = "lsp_server.lsp.worker"
+LOOP_SIDE = tuple(f"lsp_server.lsp.{m}" for m in ("documents", "suggest", "idle", "loading", "nextedit", "handlers",
+                                                   "server", "protocol", "errors", "stats"))
+LOOP_OBJECTS = ("loop_side", "_sinks")  # the names the worker's code holds the loop's parts by
+
+
+def _loop_object(node: ast.AST) -> str | None:
+    """`loop_side` or `self._sinks` (or an attribute of either) as written in a call's function."""
+    while isinstance(node, ast.Attribute):
+        if node.attr in LOOP_OBJECTS:
+            return node.attr
+        node = node.value
+    return node.id if isinstance(node, ast.Name) and node.id in LOOP_OBJECTS else None
+
+
+def thread_violations(root: Path) -> list[str]:
+    out: list[str] = []
+    for path in sorted((root / "lsp_server" / "lsp" / "worker").rglob("*.py")):
+        name = module_name(root, path)
+        for d in sorted(imports_of(root, path)):
+            if d.split(".")[0] in ("pygls", "lsprotocol") or any(under(d, m) for m in LOOP_SIDE):
+                out.append(f"{name} imports {d}: the worker's side imports nothing of pygls or of the loop's side")
+        for node in ast.walk(ast.parse(path.read_text(encoding="utf-8"))):
+            if isinstance(node, ast.Call) and isinstance(node.func, ast.Attribute) and _loop_object(node.func):
+                out.append(f"{name} calls {ast.unparse(node.func)} on the worker: post it to the loop")
+    return out
+
+
+def test_the_worker_side_keeps_the_thread_rule():
+    assert thread_violations(ROOT) == []
+
+
+def test_the_thread_rule_catches_planted_violations(tmp_path):
+    shutil.copytree(ROOT / "lsp_server", tmp_path / "lsp_server", ignore=shutil.ignore_patterns("__pycache__"))
+    plant = {
+        "lsp_server/lsp/worker/idle.py": "\ndef _direct(loop_side, snap):\n    loop_side.warmed(snap)\n",
+        "lsp_server/lsp/worker/state.py": "\nimport lsprotocol  # noqa\nfrom lsp_server.lsp.documents import buffer_name  # noqa\n"
+                                          "\ndef _count(self):\n    self._sinks.count({})\n",
+    }
+    for rel, text in plant.items():
+        with open(tmp_path / rel, "a", encoding="utf-8") as f:
+            f.write(text)
+    found = "\n".join(thread_violations(tmp_path))
+    assert "lsp_server.lsp.worker.idle calls loop_side.warmed on the worker" in found
+    assert "lsp_server.lsp.worker.state calls self._sinks.count on the worker" in found
+    assert "lsp_server.lsp.worker.state imports lsprotocol" in found
+    assert "lsp_server.lsp.worker.state imports lsp_server.lsp.documents" in found
+
+
+def test_a_loop_method_called_on_the_worker_raises_with_the_check_on():
+    """tests/conftest.py turns the runtime check on (DITTO_CHECK_THREADS=1): a part of the loop's called on
+    another thread, or a part of the worker's called on the loop, raises instead of racing."""
+    import asyncio
+    import threading
+
+    from lsp_server.lsp.idle import IdleWork
+    from lsp_server.lsp.threads import WrongThread, checking
+    from lsp_server.lsp.worker.state import Worker
+
+    assert checking()
+    work = IdleWork(None, None, None, lambda: False, None)
+    caught: list[BaseException] = []
+
+    def on_another_thread():
+        try:
+            work.buffers_changed()
+        except BaseException as err:  # noqa: BLE001 (kept for the assertion)
+            caught.append(err)
+
+    async def on_the_loop():
+        work.buffers_changed()  # fine here
+        thread = threading.Thread(target=on_another_thread)
+        thread.start()
+        thread.join()
+        with pytest.raises(WrongThread):
+            Worker.sync(object(), None)
+
+    asyncio.run(on_the_loop())
+    assert len(caught) == 1 and isinstance(caught[0], WrongThread)

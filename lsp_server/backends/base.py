@@ -268,6 +268,10 @@ class Generator:
     def forget(self, key: str) -> None:
         """A document closed: drop what is kept for `key`."""
 
+    # Whether `stats` may be called from another thread while the generator runs (behind a lock of its
+    # own); else the server reads it only on the model worker (lsp_server/lsp/worker/state.py `report`).
+    live_stats = False
+
     def stats(self, intervals: bool = False) -> dict | None:
         """Counts of its own for `ditto/stats` (a remote engine's), or None."""
         return None

@@ -35,8 +35,14 @@ class Client:
 
     def notify_threadsafe(self, method: str, params) -> None:
         """Send a notification from the model worker (dropped before the loop exists)."""
+        self.post(self._server.protocol.notify, method, params)
+
+    def post(self, fn, *args) -> None:
+        """From the model worker: run `fn(*args)` on the event loop (lsp_server/lsp/threads.py); the one
+        way the worker's results reach the loop's state. Dropped before the loop exists (no job runs
+        before the client initialized)."""
         if self.loop is not None:
-            self.loop.call_soon_threadsafe(self._server.protocol.notify, method, params)
+            self.loop.call_soon_threadsafe(fn, *args)
 
     def progress_supported(self) -> bool:
         caps = self._server.client_capabilities

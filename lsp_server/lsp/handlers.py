@@ -1,6 +1,8 @@
 """The LSP methods: one small function per method, registered by `register` (the only place
 that names them). Each is a thin call into the server's parts (lsp_server/lsp/server.py): the
-document session (`ls.documents`), the completion service (`ls.service`), the client (`ls.client`).
+document session (`ls.documents`), the completion service (`ls.service`, through its verbs: `opened`,
+`changed`, `moved`, `closed`, `invalid`, `suggest`, ...), next edits (`ls.next_edits`), the client
+(`ls.client`). All of them run on the event loop (lsp_server/lsp/threads.py).
 
 - `textDocument/inlineCompletion` is registered WITH InlineCompletionOptions (else pygls
   2.1.1 does not advertise it); `textDocument/completion` is the fallback (one item).
@@ -10,7 +12,9 @@ document session (`ls.documents`), the completion service (`ls.service`), the cl
   the server runs as `ditto-lsp serve --debug-hooks`), `ditto/debug/document` answers the
   server's text of an open document (tests compare it with a reference model of the edits); with
   `debug_check_places`, `ditto/debug/checkPlace` finishes the generation answered at a deadline
-  for a document and compares it with the same generation uninterrupted (the editor replay's check).
+  for a document and compares it with the same generation uninterrupted (the editor replay's check); with
+  `debug_documents`, `ditto/debug/worker` answers what the model worker holds of each open document
+  and what idle work still has to do (tests/lsp/test_thread_stress.py compares them with a model).
 """
 
 from __future__ import annotations
@@ -21,7 +25,6 @@ import logging
 from lsprotocol import types
 from pygls.exceptions import JsonRpcInvalidParams, JsonRpcMethodNotFound
 
-from lsp_server.lsp.documents import Snapshot
 from lsp_server.lsp.nextedit import NEXT_EDIT
 from lsp_server.lsp.protocol import edit_end
 
@@ -32,6 +35,7 @@ TRACE = "ditto/trace"
 CURSOR = "ditto/didMoveCursor"  # notification {textDocument: {uri}, position}: aims idle prefill
 DEBUG_DOCUMENT = "ditto/debug/document"
 DEBUG_CHECK_PLACE = "ditto/debug/checkPlace"  # {uri}: does the last deadline + continuation there equal one generation?
+DEBUG_WORKER = "ditto/debug/worker"  # the model worker's view of the open documents, and the idle plan
 
 
 def _get(obj, *names, default=None):
@@ -50,7 +54,7 @@ def on_initialize(ls, params: types.InitializeParams):
 
 def on_initialized(ls, params: types.InitializedParams):
     ls.client.loop = asyncio.get_running_loop()
-    ls.service.loader.request_load()
+    ls.service.start()
 
 def on_shutdown(ls, params):
     ls.service.close()
@@ -59,50 +63,38 @@ def on_configuration(ls, params: types.DidChangeConfigurationParams):
     ls.apply_settings(params.settings, "workspace/didChangeConfiguration")
 
 def on_open(ls, params: types.DidOpenTextDocumentParams):
-    ls.documents.changed(params.text_document.uri, params.text_document.text)
-    ls.service.idle.buffers_changed()
-    ls.service.idle.aim(params.text_document.uri, types.Position(line=0, character=0))
+    doc = params.text_document
+    ls.service.opened(doc.uri, doc.text, doc.version)
 
 def on_change(ls, params: types.DidChangeTextDocumentParams):
-    doc = ls.documents.document(params.text_document.uri)
-    if doc is not None:
-        ls.documents.changed(doc.uri, doc.source)
-        ls.service.idle.buffers_changed()
-        ls.next_edits.changed(doc.uri)  # its model next edit, if one runs, is stale: it stops
-        ls.documents.note_change(params.text_document.uri, params)
-        end = edit_end(params.content_changes, ls.workspace.position_codec.client_num_units)
-        if end is not None:
-            ls.service.idle.aim(params.text_document.uri, end)
+    uri = params.text_document.uri
+    if ls.documents.document(uri) is not None:
+        ls.documents.note_change(uri, params)  # an accepted suggestion
+        ls.service.changed(uri, edit_end(params.content_changes, ls.workspace.position_codec.client_num_units))
+        ls.next_edits.changed(ls.documents.document(uri).uri)  # its model next edit, if one runs, is stale: it stops
 
 def on_cursor(ls, params):
     uri = _get(params, "textDocument", "uri")
     line, char = _get(params, "position", "line"), _get(params, "position", "character")
     if isinstance(uri, str) and isinstance(line, int) and isinstance(char, int) and line >= 0 and char >= 0:
-        ls.service.idle.aim(uri, types.Position(line=line, character=char))
+        ls.service.moved(uri, types.Position(line=line, character=char))
 
 def on_close(ls, params: types.DidCloseTextDocumentParams):
-    ls.documents.changed(params.text_document.uri, None)  # its record (trace, per-file state, edits) goes
-    ls.service.closed(params.text_document.uri)
+    ls.service.closed(params.text_document.uri)  # its record (trace, edits) goes, and the worker's state of it
     ls.next_edits.closed(params.text_document.uri)
-    ls.service.idle.buffers_changed()
 
 async def inline_completion(ls, params: types.InlineCompletionParams):
     snap = ls.documents.snapshot(params.text_document.uri, params.position)
     if snap is None:
-        ls.service.counters.invalid += 1
+        ls.service.invalid()
         return None
     sel = params.context.selected_completion_info if params.context else None
     replace = ls.documents.selected_range(snap, sel)
+    position = types.Position(*snap.position)
     if replace is not None:
-        start_col, end_col = replace
-        line_text = snap.text.split("\n")[snap.line]
-        new_line = line_text[:start_col] + sel.text + line_text[end_col:]
-        lines = snap.text.split("\n")
-        lines[snap.line] = new_line
-        snap = Snapshot(snap.uri, snap.version, "\n".join(lines), snap.line, start_col + len(sel.text),
-                        snap.position)
+        snap = ls.documents.with_selection(snap, *replace, sel.text)
     elif ls.settings.next_edit:  # the user's change applies again on this line: that edit, not the model's text
-        item = await ls.next_edits.inline_item(snap.uri, snap.position)
+        item = await ls.next_edits.inline_item(snap.uri, position)
         if item is not None:
             return types.InlineCompletionList(items=[item])
     text = await ls.service.suggest(snap, ls.settings)
@@ -111,7 +103,7 @@ async def inline_completion(ls, params: types.InlineCompletionParams):
     if replace is not None:
         items = [types.InlineCompletionItem(insert_text=sel.text + text, range=sel.range)]
     else:
-        here = types.Range(start=snap.position, end=snap.position)
+        here = types.Range(start=position, end=position)
         items = [types.InlineCompletionItem(insert_text=text, range=here)]
         first = text.split("\n", 1)[0]
         invoked = params.context and params.context.trigger_kind == types.InlineCompletionTriggerKind.Invoked
@@ -122,7 +114,7 @@ async def inline_completion(ls, params: types.InlineCompletionParams):
 async def completion(ls, params: types.CompletionParams):
     snap = ls.documents.snapshot(params.text_document.uri, params.position)
     if snap is None:
-        ls.service.counters.invalid += 1
+        ls.service.invalid()
         return None
     text = await ls.service.suggest(snap, ls.settings)
     if not text:
@@ -133,7 +125,7 @@ async def completion(ls, params: types.CompletionParams):
         start -= 1
     word = line_text[start:snap.col]
     first = text.split("\n", 1)[0]
-    edit_range = types.Range(start=ls.documents.to_client(snap.text, snap.line, start), end=snap.position)
+    edit_range = types.Range(start=ls.documents.to_client(snap.text, snap.line, start), end=types.Position(*snap.position))
     item = types.CompletionItem(
         label=first if first.strip() else text.strip().split("\n", 1)[0],
         kind=types.CompletionItemKind.Text,
@@ -176,6 +168,12 @@ def debug_document(ls, params):
     return None if doc is None else {"uri": uri, "version": doc.version, "text": doc.source}
 
 
+async def debug_worker(ls, params):
+    if not ls.settings.debug_documents:
+        raise JsonRpcMethodNotFound(f"{DEBUG_WORKER} is off: needs `serve --debug-hooks` and debugDocuments")
+    return await ls.service.debug_view()
+
+
 async def debug_check_place(ls, params):
     if not ls.settings.debug_check_places:
         raise JsonRpcMethodNotFound(f"{DEBUG_CHECK_PLACE} is off: needs `serve --debug-hooks` and debugCheckPlaces")
@@ -202,6 +200,7 @@ def register(server) -> None:
     server.feature(TRACE)(trace)
     server.feature(DEBUG_DOCUMENT)(debug_document)
     server.feature(DEBUG_CHECK_PLACE)(debug_check_place)
+    server.feature(DEBUG_WORKER)(debug_worker)
 
 
 

@@ -21,25 +21,34 @@ In order (after one slice of indexing, so that it goes on however often requests
 Every request stops idle work after one model pass or prefill chunk and goes on from what it
 did; `ditto/stats` counts the runs and the requests each served. Each piece of model work names
 itself to the engine's hooks as idle (`RequestContext(idle=True)`).
+
+Two threads, one owner each (lsp_server/lsp/threads.py): `IdleWork` here is the event loop's. It
+alone holds the plan (the aim, the suggestion to finish, the document to fill, when the last request
+came) and hands the worker a copy of it (an immutable `IdlePlan`) each time it schedules the idle job;
+the work itself runs on the worker (lsp_server/lsp/worker/idle.py `run_idle`), which reports what it
+did through the loop (`warmed`, `finished`, `paused_ahead`, `again`). A report that arrives after
+the loop moved on (a newer aim, a newer suggestion to finish) changes nothing, and no change the
+loop makes while the worker runs can be overwritten by the worker.
 """
 
 from __future__ import annotations
 
+import itertools
 import threading
 import time
 from typing import Callable
 
 from lsprotocol import types
 
-from lsp_server.decoding.types import RequestContext
-from lsp_server.lsp.documents import DocumentSession, Snapshot, buffer_name, model_text
-from lsp_server.lsp.loading import ModelLoader
+from lsp_server.lsp.documents import DocumentSession
 from lsp_server.lsp.scheduler import Scheduler
-from lsp_server.lsp.stats import Counters
+from lsp_server.lsp.threads import on_loop
+from lsp_server.lsp.worker.idle import IDLE_CHUNK
+from lsp_server.lsp.worker.messages import IdlePlan, Snapshot
 
 
 class IdleWork:
-    IDLE_CHUNK = 32  # tokens per idle prefill pass: a request waits at most one such pass (~0.35 s on one CPU core)
+    IDLE_CHUNK = IDLE_CHUNK  # tokens per idle prefill pass (lsp_server/lsp/worker/idle.py)
     # Idle work starts this long after the event that aimed it (lsp_server/lsp/scheduler.py `idle`):
     # editors send a request right after the edit, and one that found an idle chunk begun for
     # the place the user just left waited for it (about 0.5 s at 4 in 10 cold arrivals of the
@@ -50,20 +59,22 @@ class IdleWork:
     # the cursor"); a reading pause is longer than the gap between keystrokes and lines.
     FILL_AFTER_S = 1.5
 
-    def __init__(self, scheduler: Scheduler, documents: DocumentSession, loader: ModelLoader, counters: Counters,
+    def __init__(self, scheduler: Scheduler, documents: DocumentSession,
+                 run: Callable[[IdlePlan, threading.Event, "IdleWork"], None], ready: Callable[[], bool],
                  settings: Callable[[], object]):
         self.scheduler = scheduler
         self.documents = documents
-        self.loader = loader
-        self.counters = counters
+        self._run = run  # the worker's run of a plan (worker/idle.py run_idle, bound to the worker)
+        self._ready = ready  # whether a model is loaded
         self._settings = settings  # the server's live settings
         self._aim: Snapshot | None = None  # where the user is: what idle prefill warms
-        self._continue_uri: str | None = None  # a suggestion answered at its deadline, to finish while idle
-        self._warmed: set[str] = set()  # uris warmed by an idle prefill since their last request
+        self._finish: tuple[str, int] | None = None  # (uri, token): a suggestion answered at its deadline
         self._fill: Snapshot | None = None  # the document whose prefix KV idle work fills (the last aim)
         self._last_request = float("-inf")  # when the last request came (time.monotonic)
+        self._tokens = itertools.count(1)
 
-    # -- on the event loop -----------------------------------------------------------------
+    # -- events ------------------------------------------------------------------------------------
+    @on_loop
     def aim(self, uri: str, position: types.Position) -> None:
         """Prefill, while the worker is idle, the prompt of a request at `position` of `uri`.
 
@@ -72,7 +83,7 @@ class IdleWork:
         plugins. The newest aim replaces the older one; a request stops it after one chunk
         and continues from what it prefilled (docs/design.md, "Prompt layout and windows").
         """
-        if not self.loader.ready:
+        if not self._ready():
             return
         snap = self.documents.snapshot(uri, position)
         if snap is None:
@@ -80,11 +91,13 @@ class IdleWork:
         self._aim = self._fill = snap
         self.schedule()
 
+    @on_loop
     def buffers_changed(self) -> None:
         """An open buffer changed: index it while idle."""
-        if self.loader.ready:
+        if self._ready():
             self.schedule()
 
+    @on_loop
     def request_made(self) -> None:
         """A request came: an aim made before it is where the user was, and the request prefills
         where the user is. Left in place, idle work after the answer would warm that older place
@@ -95,135 +108,59 @@ class IdleWork:
         if self._fill is not None:
             self.schedule()
 
+    @on_loop
     def continue_later(self, uri: str) -> None:
         """The suggestion answered for `uri` paused at its deadline: finish it while idle."""
-        self._continue_uri = uri
+        self._finish = (uri, next(self._tokens))
         self.schedule()
 
-    def forget(self, uri: str) -> None:
-        """`uri` closed."""
-        self._warmed.discard(uri)
+    @on_loop
+    def closed(self, uri: str) -> None:
+        """`uri` closed: nothing of it is left to do."""
+        if self._finish is not None and self._finish[0] == uri:
+            self._finish = None
+        if self._aim is not None and self._aim.uri == uri:
+            self._aim = None
+        if self._fill is not None and self._fill.uri == uri:
+            self._fill = None
 
-    def schedule(self) -> None:
-        self.scheduler.idle(self._work, after_s=self.IDLE_SETTLE_S)
+    @on_loop
+    def schedule(self, after_s: float | None = None) -> None:
+        """Hand the worker the plan as it is now, to run when it has nothing else to do."""
+        plan = IdlePlan(self._aim, self._finish, self._fill, self._last_request + self.FILL_AFTER_S,
+                        self._settings())
+        run = self._run
+        self.scheduler.idle(lambda cancel: run(plan, cancel, self),
+                            after_s=self.IDLE_SETTLE_S if after_s is None else after_s)
 
-    # -- on the worker -----------------------------------------------------------------------
-    def took_warm(self, uri: str) -> bool:
-        """Whether an idle prefill ran for `uri` since its last request (and now it has been used)."""
-        warmed = uri in self._warmed
-        self._warmed.discard(uri)
-        return warmed
+    def debug_view(self) -> dict:
+        """The plan now (`ditto/debug/worker`): at rest, nothing is left to warm or to finish."""
+        return {"aim": None if self._aim is None else self._aim.uri,
+                "finish": None if self._finish is None else self._finish[0]}
 
-    def sync(self, completer) -> None:
-        """Bring the Completer's open buffers up to date (documents.py `sync`); indexing left over goes
-        on while idle (queued behind the request that runs now; not from inside idle work itself)."""
-        s = self._settings()
-        pending = self.documents.sync(completer, int(s.index_memory_mb) << 20, s.completer_settings())
-        if pending and not self.scheduler.idle_running:
+    # -- what the worker reports (posted to the loop) -------------------------------------------------
+    @on_loop
+    def warmed(self, snap: Snapshot) -> None:
+        """Nothing more to warm at `snap` until the next aim (its prompt is cached, or its version is gone)."""
+        if self._aim is snap:
+            self._aim = None
+
+    @on_loop
+    def finished(self, token: int) -> None:
+        """The suggestion to finish with this token is done with (finished, or not pending any more)."""
+        if self._finish is not None and self._finish[1] == token:
+            self._finish = None
+
+    @on_loop
+    def paused_ahead(self, uri: str, go_on: bool) -> None:
+        """A suggestion generated ahead at `uri` paused: finish it later, at once unless a keystroke
+        stopped it (its request is queued and the idle work after it goes on)."""
+        self._finish = (uri, next(self._tokens))
+        if go_on:
             self.schedule()
 
-    def index(self, cancel: threading.Event, slices: int | None = None) -> int:
-        """Index the open buffers a slice at a time until a request (or newer idle work) sets `cancel`,
-        or `slices` ran; returns the slices run. Cut short by a request, it asks to go on later."""
-        completer = self.loader.completer
-        if completer is None:
-            return 0
-        self.sync(completer)
-        index = completer.buffers
-        steps = 0
-        while not cancel.is_set() and (slices is None or steps < slices) and index.step():
-            steps += 1
-        if cancel.is_set() and index.pending():
-            self.schedule()  # queued behind the request that stopped it (this job is the one running)
-        return steps
-
-    def _work(self, cancel: threading.Event) -> None:
-        completer = self.loader.completer
-        if completer is None or not completer.generator.resumable or cancel.is_set():
-            return  # (no engine: a remote one, which keeps its own prefix cache and generates on its own)
-        self.index(cancel, slices=1)  # tens of milliseconds; the model work below takes passes
-        uri, aim = self._continue_uri, self._aim
-        file = self.documents.file(uri) if uri is not None else None
-        if uri is not None and completer.pending(uri, file) and (aim is None or aim.uri != uri or self._fits(aim)):
-            ran = completer.continue_place(uri, cancel, file=file, ctx=RequestContext(uri, True, cancel))
-            self.counters.idle_continuations += int(ran)
-            if cancel.is_set():
-                return  # a request came: it goes on from here
-        self._continue_uri = None
-        if aim is not None and self._settings().idle_prefill and self._warm(aim, cancel):
-            self._ahead(aim, cancel)
-        s = self._settings()
-        fill = not cancel.is_set() and s.idle_prefill and s.whole_file and self._fill is not None
-        wait = self.FILL_AFTER_S - (time.monotonic() - self._last_request)
-        if fill and wait <= 0:
-            self._fill_file(cancel)
-        self.index(cancel)
-        if fill and wait > 0 and not cancel.is_set():
-            self.scheduler.idle(self._work, after_s=wait)  # the fill, once the user has paused that long
-
-    def _fill_file(self, cancel: threading.Event) -> None:
-        """Fill the prefix KV of the document last aimed at, from its top, until done or a request comes."""
-        snap, completer = self._fill, self.loader.completer
-        file = self.documents.file(snap.uri) if snap is not None else None
-        doc = self.documents.document(snap.uri) if snap is not None else None
-        if file is None or doc is None or doc.version != snap.version:
-            return  # closed, or changed since: a newer aim follows
-        st = completer.fill(model_text(snap.text), snap.line, name=buffer_name(snap.uri), file=file, cancel=cancel,
-                            chunk=self.IDLE_CHUNK, ctx=RequestContext(snap.uri, True, cancel))
-        if st is not None:
-            self.counters.file_fills += 1
-            self.counters.file_fill_tokens += st.prefill_tokens
-
-    def _fits(self, snap: Snapshot) -> bool:
-        """Whether the suggestion being finished at `snap.uri` still fits the document there."""
-        return self.loader.completer.place_fits(snap.uri, model_text(snap.text), snap.line, snap.col,
-                                                file=self.documents.file(snap.uri))
-
-    def _warm(self, snap: Snapshot, cancel: threading.Event) -> bool:
-        """Prefill the prompt at `snap` (at line 1 of a document with nothing cached, the file's head:
-        Completer.warm); True when that prefill ran to its end (not stopped or skipped)."""
-        completer = self.loader.completer
-        if completer is None or not completer.generator.resumable or cancel.is_set():
-            return False
-        doc = self.documents.document(snap.uri)
-        file = self.documents.file(snap.uri)
-        if doc is None or doc.version != snap.version or file is None:
-            return False  # the document moved on; a newer aim follows
-        if completer.pending(snap.uri, file) and self._fits(snap):
-            return False  # prefilling here would end the paused generation (the request there resumes it)
-        # A paused generation the user typed past (its text is not what was typed) can serve no
-        # request: warming the new prompt ends it and keeps its prompt's cache for the new one.
-        self.sync(completer)
-        st = completer.warm(model_text(snap.text), snap.line, snap.col, name=buffer_name(snap.uri),
-                            cache_key=snap.uri, cancel=cancel, chunk=self.IDLE_CHUNK,
-                            settings=self._settings().completer_settings(), file=file,
-                            ctx=RequestContext(snap.uri, True, cancel))
-        c = self.counters
-        c.idle_prefills += 1
-        c.idle_prefill_tokens += st.prefill_tokens
-        c.idle_prefills_stopped += int(st.stop_reason == "cancelled")
-        if self._aim is snap and st.stop_reason != "cancelled":
-            self._aim = None  # done: nothing more to warm until the next aim
-        self._warmed.add(snap.uri)
-        return st.stop_reason != "cancelled"
-
-    def _ahead(self, snap: Snapshot, cancel: threading.Event) -> None:
-        """Generate the suggestion at `snap` (its prompt is cached) until its first line is complete or
-        a request comes; finish it later like a suggestion answered at its deadline."""
-        completer = self.loader.completer
-        if self._aim is not None and self._aim is not snap:
-            return  # aimed elsewhere since: warm there first
-        file = self.documents.file(snap.uri)
-        if file is None:
-            return  # closed meanwhile
-        settings = self._settings()
-        kept = completer.ahead(model_text(snap.text), snap.line, snap.col, name=buffer_name(snap.uri),
-                               options=settings.decode_options(), cache_key=snap.uri, hold=cancel,
-                               settings=settings.completer_settings(), file=file,
-                               ctx=RequestContext(snap.uri, True, cancel))
-        self.counters.idle_ahead += int(kept)
-        if kept and completer.pending(snap.uri, file):
-            if cancel.is_set():
-                self._continue_uri = snap.uri  # for the idle work after what stopped this one (a keystroke)
-            else:
-                self.continue_later(snap.uri)
+    @on_loop
+    def again(self, after_s: float) -> None:
+        """Idle work has more to do (the index, or the fill once the user paused long enough)."""
+        if self._ready():
+            self.schedule(after_s=max(after_s, self.IDLE_SETTLE_S))

@@ -9,8 +9,12 @@ notification `ditto/modelReady` `{"model": spec}`, for editors that drop answers
 late (the plugins re-ask once). A failure answers the waiting requests `None`, is shown once
 (`window/showMessage`) and logged; a settings change to a loadable model recovers.
 
-The loaded model's Completer is `completer` (None until a load succeeds); the engine under it
-carries the debug hooks only when the server runs with `--debug-hooks` (lsp_server/lsp/debug.py).
+On the event loop (lsp_server/lsp/threads.py). The load itself is a job on the model worker
+(lsp_server/lsp/worker/state.py `Worker.load`, which owns the Completer it builds); the loop keeps
+the outcome: the state, the model's description, and its own reference to the loaded Completer
+(`completer`, None until a load succeeds), which it only hands on and never runs. A newer load sets
+the older one's cancel event instead of a flag both threads read. The engine carries the debug hooks
+only when the server runs with `--debug-hooks` (lsp_server/lsp/worker/debug.py).
 Left out on purpose: what a request does with the model (lsp_server/lsp/suggest.py).
 """
 
@@ -26,9 +30,10 @@ from typing import Callable
 from lsprotocol import types
 
 from lsp_server.backends.base import ModelError
-from lsp_server.lsp.documents import DocumentSession
 from lsp_server.lsp.errors import Client
 from lsp_server.lsp.scheduler import Scheduler
+from lsp_server.lsp.threads import on_loop
+from lsp_server.lsp.worker.state import Worker
 from lsp_server.settings import Settings
 
 log = logging.getLogger(__name__)
@@ -37,13 +42,12 @@ MODEL_READY = "ditto/modelReady"
 
 
 class ModelLoader:
-    def __init__(self, scheduler: Scheduler, documents: DocumentSession, client: Client,
-                 settings: Callable[[], Settings], hooks=None):
+    def __init__(self, scheduler: Scheduler, worker: Worker, client: Client, settings: Callable[[], Settings]):
         self.scheduler = scheduler
-        self.documents = documents
+        self._worker = worker  # its `load` runs as a job (never called here)
         self.client = client
         self._settings = settings  # the server's live settings
-        self.hooks = hooks  # the engine's pass hooks (debug.py), None in production
+        self._job = None  # the load job under way (its cancel event stops it when a newer load is asked for)
         self.completer = None  # lsp_server.completion.completer.Completer once a model is loaded
         self.state = "not loaded"  # not loaded | loading | ready | failed
         self.error: str | None = None
@@ -67,6 +71,7 @@ class ModelLoader:
         return sum(not f.done() for f in self._waiting.values())
 
     # -- model loading --------------------------------------------------------------------
+    @on_loop
     def request_load(self) -> None:
         """Load the model of the current settings in the background (no-op if loaded)."""
         settings = self._settings()
@@ -74,10 +79,13 @@ class ModelLoader:
             return
         seq = next(self._seq)
         self._wanted = seq
+        if self._job is not None:
+            self._job.cancel.set()  # a newer load is asked for: the older one stops
         self.state = "loading"
         self._loaded_key = settings.model_key()
         asyncio.ensure_future(self._load(seq, settings))
 
+    @on_loop
     def settings_changed(self, old: Settings, new: Settings) -> None:
         """Load again when the model settings changed, or the last load failed."""
         if new.model_key() != old.model_key() or self.state == "failed":
@@ -96,40 +104,22 @@ class ModelLoader:
         if progress:
             client.progress.begin(token, types.WorkDoneProgressBegin(
                 title="Ditto", message=f"loading model {settings.model}", percentage=0))
-        loop = asyncio.get_running_loop()
-
         def report(msg: str, frac) -> None:
             if progress:
                 pct = None if frac is None else max(0, min(100, int(frac * 100)))
                 client.progress.report(token, types.WorkDoneProgressReport(message=msg, percentage=pct))
 
+        worker = self._worker
+        post = client.post
+
         def job(cancel: threading.Event):
-            if seq != self._wanted:
+            if cancel.is_set() or not self._debug_load_delay(cancel):
                 return None  # a newer load was asked for meanwhile
-            if not self._debug_load_delay(seq, cancel):
-                return None
-            from lsp_server.backends.loader import load
-            from lsp_server.completion.build import build_completer
-            from lsp_server.decoding.engine import Engine
+            return worker.load(settings, lambda msg, frac: post(report, msg, frac), cancel)
 
-            self.completer = None
-            lm = load(settings.model, device=settings.device, dtype=settings.dtype,
-                      trust_remote_code=settings.trust_remote_code, backend=settings.backend,
-                      remote=settings.remote,
-                      progress=lambda msg, frac: loop.call_soon_threadsafe(report, msg, frac))
-            buffers = self.documents.all_buffers()  # every open document now; what changes later is queued again
-            # Pass costs measured afresh at every load (build.py: on a plain engine, without the hooks).
-            live = self._settings()
-            completer = build_completer(lm, live.completer_settings(), calibration="fresh", buffers=buffers,
-                                        engine=Engine(lm, hooks=self.hooks))
-            self.documents.reset_files()  # prompt windows and places were the old model's
-            # Changes made while it was built.
-            self.documents.sync(completer, int(live.index_memory_mb) << 20, live.completer_settings())
-            self.completer = completer
-            return lm
-
+        self._job = self.scheduler.submit(None, job)
         try:
-            lm = await self.scheduler.run(None, job)
+            loaded = await self.scheduler.wait(self._job)
         except Exception as err:
             if seq == self._wanted:
                 self.state = "failed"
@@ -143,12 +133,13 @@ class ModelLoader:
                 client.progress.end(token, types.WorkDoneProgressEnd(message="failed"))
             return
         if progress:
-            client.progress.end(token, types.WorkDoneProgressEnd(message="ready" if lm else "skipped"))
+            client.progress.end(token, types.WorkDoneProgressEnd(message="ready" if loaded else "skipped"))
         if seq != self._wanted:
             return  # a newer load answers the waiting requests
-        if lm is None:
+        if loaded is None:
             self._settle("stopped")  # the worker was stopped during the load
             return
+        lm, self.completer = loaded
         self.state = "ready"
         self.error = None
         self.info = {"model": lm.spec, "name": lm.name, **lm.describe(), "load_seconds": round(lm.load_seconds, 2)}
@@ -157,19 +148,20 @@ class ModelLoader:
         client.notify(MODEL_READY, {"model": lm.spec})
         self._settle("ready")
 
-    def _debug_load_delay(self, seq: int, cancel: threading.Event) -> bool:
+    def _debug_load_delay(self, cancel: threading.Event) -> bool:
         """On the worker, before a load: the `debug_load_delay_s` hook (tests make loading slow).
 
-        The setting is read again while sleeping, so a test ends the sleep early by setting it
-        to 0. False when the worker stops or a newer load is asked for meanwhile.
+        The setting (a published immutable value) is read again while sleeping, so a test ends the
+        sleep early by setting it to 0. False when the worker stops or a newer load is asked for.
         """
         t0 = time.monotonic()
         while (left := self._settings().debug_load_delay_s - (time.monotonic() - t0)) > 0:
-            if seq != self._wanted or cancel.wait(min(left, 0.05)):
+            if cancel.wait(min(left, 0.05)):
                 return False
         return True
 
     # -- requests made while the model loads -----------------------------------------------
+    @on_loop
     def arrived(self, uri: str) -> int:
         """A completion request for `uri` arrived: its number. An older one still waiting for the
         model is answered "superseded" (even when this one need not wait)."""
@@ -179,6 +171,7 @@ class ModelLoader:
             older.set_result("superseded")
         return seq
 
+    @on_loop
     def forget(self, uri: str) -> None:
         """`uri` closed."""
         self._newest.pop(uri, None)
@@ -204,6 +197,7 @@ class ModelLoader:
             outcome = "superseded"
         return outcome
 
+    @on_loop
     def _settle(self, outcome: str) -> None:
         """Answer every request waiting for the model with the load's outcome."""
         waiting, self._waiting = self._waiting, {}

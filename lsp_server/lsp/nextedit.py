@@ -31,6 +31,11 @@ cursor's line is always propagation's: ghost text cannot wait seconds for the mo
 document stops its model job, queued or running (`changed`, from the didChange handler): its answer would
 be stale, and the judge's seconds on a CPU core (judge.py) would hold the worker the next completion waits
 for; counted as `cancelled`.
+
+On the event loop (lsp_server/lsp/threads.py): the newest request per document, the model jobs under
+way (kept here to set their cancel events) and the counts are written here only. A model job runs on
+the worker (lsp_server/lsp/worker/proposers.py) with copies of the history and the texts, and says what
+happened in its result (an edit, none, cancelled, or no model), which the loop counts.
 """
 
 from __future__ import annotations
@@ -38,7 +43,6 @@ from __future__ import annotations
 import asyncio
 import dataclasses
 import logging
-import threading
 from concurrent.futures import ThreadPoolExecutor
 from urllib.parse import unquote
 
@@ -46,6 +50,8 @@ from lsprotocol import types
 
 from lsp_server.lsp.documents import DocumentSession
 from lsp_server.lsp.scheduler import Superseded
+from lsp_server.lsp.threads import on_loop
+from lsp_server.lsp.worker.proposers import CANCELLED, NO_MODEL
 from lsp_server.nextedit.propagate import Propagator
 from lsp_server.nextedit.types import NextEdit, position
 
@@ -54,7 +60,6 @@ log = logging.getLogger(__name__)
 NEXT_EDIT = "ditto/nextEdit"
 MAX_OTHERS = 8  # other open documents searched, most recently edited first
 MAX_OTHER_CHARS = 1 << 20  # larger ones are not searched (a proposal elsewhere is a rename's echo)
-REWRITE_CACHE = "nextedit"  # the engine's KV cache key of every model rewrite (module docstring)
 
 
 class NextEdits:
@@ -63,9 +68,7 @@ class NextEdits:
         self.service = service  # the completion service (suggest.py): its scheduler and loaded model, for the rewrite
         self._settings = settings or (lambda: None)
         self._newest: dict[str, int] = {}  # uri -> number of its newest request
-        self._rewriter = None  # (engine, Rewriter) of the loaded model, made on first use
-        self._changes: dict[str, int] = {}  # uri -> its changes seen (`changed`), read when a model job starts
-        self._running: dict[str, threading.Event] = {}  # uri -> the cancel event of its model job now running
+        self._jobs: dict = {}  # uri -> its model job (scheduler.py Job), queued or running
         self._pool = ThreadPoolExecutor(1, thread_name_prefix="ditto-propagate")  # `_propagate`
         self.counts = {"requests": 0, "proposed": 0, "none": 0, "stale": 0, "inline": 0, "model": 0,
                        "without_model": 0, "cancelled": 0}
@@ -76,18 +79,19 @@ class NextEdits:
         typing's inline items overlap (found by tests/lsp/test_faults.py's storm beside other jobs)."""
         return await asyncio.get_running_loop().run_in_executor(self._pool, Propagator().propose, *args)
 
+    @on_loop
     def closed(self, uri: str) -> None:
         self.changed(uri)
         self._newest.pop(uri, None)
-        self._changes.pop(uri, None)
 
+    @on_loop
     def changed(self, uri: str) -> None:
-        """The document changed (didChange, on the event loop): its model job, queued or running, is stale, so
-        it stops (at the judge's or the engine's next check) rather than hold the worker a completion waits for."""
-        self._changes[uri] = self._changes.get(uri, 0) + 1
-        running = self._running.get(uri)
-        if running is not None:
-            running.set()
+        """The document changed (didChange): its model job, queued or running, is stale, so it stops (at
+        once if queued, else at the judge's or the engine's next check) rather than hold the worker a
+        completion waits for."""
+        job = self._jobs.pop(uri, None)
+        if job is not None:
+            job.cancel.set()
 
     async def propose(self, uri: str, pos: types.Position) -> dict | None:
         c = self.counts
@@ -122,59 +126,28 @@ class NextEdits:
         """The setting's proposer (module docstring)."""
         settings = self._settings()
         name = settings.next_edit_proposer if settings is not None else "propagate"
-        loader = self.service.loader if self.service is not None else None
-        if name == "propagate" or loader is None or not loader.ready:
+        if name == "propagate" or self.service is None or not self.service.model_ready:
             self.counts["without_model"] += name != "propagate"
             return await self._propagate(groups, uri, text, cursor, others, version)
+        mine = []
 
-        seen = self._changes.get(uri, 0)
+        def started(job) -> None:
+            mine.append(job)
+            self._jobs[uri] = job
 
-        def job(cancel):
-            self._running[uri] = cancel  # set first, then checked: a change in between is seen either way
-            try:
-                if self._changes.get(uri, 0) != seen:  # changed while the job was queued
-                    cancel.set()
-                edit = None
-                if not cancel.is_set():
-                    proposer = self._model_proposer(name, loader.completer)
-                    if proposer is None:
-                        return False
-                    edit = proposer.propose(groups, uri, text, cursor, others, version, cancel=cancel)
-                if cancel.is_set():  # changed, superseded or cancelled meanwhile: stopped early, nothing to show
-                    self.counts["cancelled"] += 1
-                    return None
-                return edit
-            finally:
-                if self._running.get(uri) is cancel:
-                    del self._running[uri]
-
-        edit = await self.service.scheduler.run(f"nextedit:{uri}", job)
-        if edit is False:  # no local engine (a remote one), or a model without <|file_sep|>
+        try:
+            edit = await self.service.propose_edit(uri, name, (groups, uri, text, cursor, others, version), started)
+        finally:
+            if mine and self._jobs.get(uri) is mine[0]:
+                del self._jobs[uri]
+        if edit is CANCELLED:  # changed, superseded or cancelled meanwhile: stopped early, nothing to show
+            self.counts["cancelled"] += 1
+            return None
+        if edit is NO_MODEL:  # no local engine (a remote one), or a model without <|file_sep|>
             self.counts["without_model"] += 1
             return await self._propagate(groups, uri, text, cursor, others, version)
         self.counts["model"] += 1
         return edit
-
-    def _model_proposer(self, name: str, completer):
-        """On the model worker: `rewrite`, `both` or `judged` on the loaded model's engine, or None without one."""
-        from lsp_server.nextedit.judge import Judged
-        from lsp_server.nextedit.rewrite import Checked, Rewriter
-
-        engine = getattr(getattr(completer, "generator", None), "engine", None)
-        if engine is None:
-            return None
-        if name == "judged":  # scores on a cache of its own, released after each proposal (judge.py)
-            return Judged(Propagator(), engine.lm)
-        if self._rewriter is None or self._rewriter[0] is not engine:
-            try:
-                self._rewriter = (engine, Rewriter(engine.lm, engine, cache_key=REWRITE_CACHE))
-            except ValueError as err:  # the model has no <|file_sep|> token
-                log.warning("next-edit %s needs the model: %s; proposing by propagation", name, err)
-                self._rewriter = (engine, None)
-        rewriter = self._rewriter[1]
-        if rewriter is None:
-            return None
-        return rewriter if name == "rewrite" else Checked(Propagator(), rewriter)
 
     async def inline_item(self, uri: str, pos: types.Position) -> types.InlineCompletionItem | None:
         """The next edit as an inline completion item, where it lies on the cursor's line at or after the

@@ -35,11 +35,12 @@ from lsprotocol.types import ResponseError
 from pygls.exceptions import JsonRpcException, JsonRpcInvalidParams, JsonRpcInvalidRequest, JsonRpcServerNotInitialized
 from pygls.protocol import LanguageServerProtocol, lsp_method
 
+from lsp_server.lsp.worker.messages import SURROGATE
+
 log = logging.getLogger(__name__)
 
 LINE_BREAK = re.compile(r"\r\n|\r|\n")
 NEWLINE = re.compile(r"\n")
-SURROGATE = re.compile("[\ud800-\udfff]")  # JSON allows lone ones; tokenizers reject them
 
 
 class _Answered:

@@ -21,6 +21,12 @@ a chunk begun in between (about half a second on one CPU core) would make the re
 for work at a place the user just left.
 Idle jobs are not counted as pending or busy.
 
+The scheduler is where the two threads meet (lsp_server/lsp/threads.py): the event loop submits
+jobs and the worker runs them, and its own state is behind its one lock (`_lock`: the queue's
+bookkeeping, the newest job per key, the idle job). `after_job`, when given, runs on the worker
+after every job (idle ones and failed ones too): the server publishes the worker's part of
+`ditto/stats` there (lsp_server/lsp/worker/state.py `Worker.publish`).
+
 Left out on purpose: LSP types, what a job computes.
 """
 
@@ -34,6 +40,8 @@ import time
 from concurrent.futures import Future
 from dataclasses import dataclass, field
 from typing import Any, Callable
+
+from lsp_server.lsp.threads import WORKER_THREAD
 
 log = logging.getLogger(__name__)
 
@@ -60,7 +68,8 @@ _IDLE = object()  # queue marker: run the idle job if nothing else waits
 
 
 class Scheduler:
-    def __init__(self, name: str = "ditto-model"):
+    def __init__(self, name: str = WORKER_THREAD, after_job: Callable[[], None] | None = None):
+        self._after_job = after_job
         self._queue: queue.Queue = queue.Queue()
         self._idle: Job | None = None  # the idle job not yet started
         self._idle_running: Job | None = None
@@ -131,7 +140,10 @@ class Scheduler:
         CancelledError (after setting the job's cancel event) when the awaiting task is
         cancelled.
         """
-        job = self.submit(key, fn)
+        return await self.wait(self.submit(key, fn))
+
+    async def wait(self, job: Job) -> Any:
+        """Await a submitted job's result (as `run`): for a caller that keeps the job (its cancel event)."""
         try:
             result = await asyncio.wrap_future(job.future)
         except asyncio.CancelledError:
@@ -196,6 +208,7 @@ class Scheduler:
                     result = job.fn(job.cancel)
             except BaseException as err:  # handed to the awaiting handler
                 exc = err
+            self._after()
             with self._lock:
                 # Free before answering, so that whoever awaits the answer sees the worker idle.
                 self._running = None
@@ -238,7 +251,15 @@ class Scheduler:
             log.warning("idle job failed: %s", err)
             job.future.set_exception(err)
         finally:
+            self._after()
             with self._lock:
                 self._idle_running = None
                 if job.cancel.is_set():
                     self.idle_cancelled += 1
+
+    def _after(self) -> None:
+        if self._after_job is not None:
+            try:
+                self._after_job()
+            except Exception as err:  # reporting must not stop the worker
+                log.warning("after-job hook failed: %s", err)

@@ -5,15 +5,17 @@
 | part | module | owns |
 |---|---|---|
 | `documents`: the document session | documents.py | open documents, line tables, per-file state, traces, snapshots, the change queue |
-| `service`: the completion service | suggest.py | the model worker (scheduler.py), loading (loading.py), idle work (idle.py), counters (stats.py) |
+| `service`: the completion service | suggest.py | the model worker (scheduler.py; its state in worker/), loading (loading.py), idle work (idle.py), counters (stats.py) |
 | `next_edits`: `ditto/nextEdit`, the cursor line's inline item | nextedit.py | the newest request per document, its counts, the model rewriter (run on the service's worker; the edit histories are the session's) |
 | `client`: what the parts say to the client | errors.py | the one error path, notifications, `$/progress` |
 | the LSP methods, one function each | handlers.py | nothing: thin calls into the parts |
 | pygls workarounds (invalid params, edits, a second `initialize`) | protocol.py | the wire |
 
-The model runs on the scheduler's single worker thread; handlers take a snapshot (uri, version,
-text, position) from the session, await the service, which drops a result whose document
-version changed meanwhile. `$/cancelRequest` and newer requests for the same document set the
+Two threads, one owner for every piece of state (lsp_server/lsp/threads.py): the event loop runs the
+handlers and owns the parts above; the model runs on the scheduler's single worker thread, which owns
+the loaded Completer and the per-file state (lsp_server/lsp/worker/) and gets everything else as
+immutable values. Handlers take a snapshot (uri, version, text, position) from the session, await the
+service, which drops a result whose document version changed meanwhile. `$/cancelRequest` and newer requests for the same document set the
 engine's stop flag. Settings come from `initializationOptions` and
 `workspace/didChangeConfiguration` (`apply_settings`); the parts read the live ones, and a
 request takes the settings of its moment down to the Completer as an argument.
@@ -35,6 +37,7 @@ from lsp_server.lsp.handlers import register
 from lsp_server.lsp.nextedit import NextEdits
 from lsp_server.lsp.protocol import DittoProtocol
 from lsp_server.lsp.suggest import CompletionService
+from lsp_server.lsp.threads import Latest, on_loop
 from lsp_server.settings import Settings, SettingsError
 
 log = logging.getLogger(__name__)
@@ -48,13 +51,23 @@ class DittoServer(LanguageServer):
         # idle (tests/lsp/test_faults.py, the typing storm).
         super().__init__("ditto-lsp", "0.1.0", protocol_cls=DittoProtocol, max_workers=1,
                          text_document_sync_kind=types.TextDocumentSyncKind.Incremental)
-        self.settings = settings or Settings()
+        # The settings: an immutable value the loop replaces whole and the worker may read (threads.py).
+        self._settings = Latest(settings or Settings())
         self.client = Client(self)
         self.documents = DocumentSession(lambda: self.workspace, lambda: self.service.window_budget())
-        self.service = CompletionService(self.documents, self.client, lambda: self.settings)
-        self.next_edits = NextEdits(self.documents, self.service, lambda: self.settings)
+        self.service = CompletionService(self.documents, self.client, self._settings.get)
+        self.next_edits = NextEdits(self.documents, self.service, self._settings.get)
 
     # -- settings ----------------------------------------------------------------------------
+    @property
+    def settings(self) -> Settings:
+        return self._settings.get()
+
+    @settings.setter
+    def settings(self, value: Settings) -> None:
+        self._settings.set(value)
+
+    @on_loop
     def apply_settings(self, options, where: str, load: bool = True) -> None:
         unknown: list[str] = []
         refused: list[str] = []
@@ -70,8 +83,9 @@ class DittoServer(LanguageServer):
                         ", ".join(refused), where)
         old, self.settings = self.settings, new  # a request takes the settings of its moment to the worker
         if load:
-            self.service.loader.settings_changed(old, new)
+            self.service.settings_changed(old, new)
 
+    @on_loop
     def stats(self, intervals: bool = False) -> dict:
         """`ditto/stats` (stats.py `report`)."""
         p = self.protocol

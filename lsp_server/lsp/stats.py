@@ -1,5 +1,10 @@
 """The server's counters (`Counters`, kept by the completion service, lsp_server/lsp/suggest.py) and the
-`ditto/stats` answer built from the server's parts (`report`)."""
+`ditto/stats` answer built from the server's parts (`report`).
+
+On the event loop (lsp_server/lsp/threads.py): the counters are written there only; what the worker
+counts reaches them through `Counters.add`, posted to the loop, and what `ditto/stats` says of the
+model, the index and the caches is the report the worker last published (worker/state.py `report`).
+"""
 
 from __future__ import annotations
 
@@ -42,6 +47,14 @@ class Counters:
     resumed: int = 0  # of which the request resumed the paused generation itself (it was not finished yet)
     latencies_ms: deque = field(default_factory=lambda: deque(maxlen=1000))
 
+    def add(self, increments: dict) -> None:
+        """The worker's counts (worker/state.py `Worker.count`); `stale_passes` as `stale`."""
+        for name, n in increments.items():
+            if name == "stale_passes":
+                self.stale(n)
+            else:
+                setattr(self, name, getattr(self, name) + n)
+
     def stale(self, passes: int) -> None:
         """A request's passes begun after it was cancelled or superseded (the engine counts them). One
         can race the engine's check of the flag; more than one per request means it is not checked."""
@@ -49,13 +62,13 @@ class Counters:
         self.stale_passes_max = max(self.stale_passes_max, passes)
 
 
-def report(service, *, open_documents: int, protocol_futures: int, intervals: bool = False) -> dict:
+def report(service, worker: dict, *, open_documents: int, protocol_futures: int) -> dict:
     """`ditto/stats`: counters, latency percentiles, the model, the speculation policy, the worker.
-    `service` is the completion service (suggest.py); the other two are the protocol's counts."""
+    `service` is the completion service (suggest.py), `worker` the report the worker last published;
+    the other two are the protocol's counts."""
     c, loader, scheduler = service.counters, service.loader, service.scheduler
-    completer, settings = loader.completer, service.settings
+    settings = service.settings
     ready = loader.state == "ready"
-    generator = completer.generator if completer is not None else None
     return {
         "requests": c.requests,
         "completed": c.completed,
@@ -89,13 +102,12 @@ def report(service, *, open_documents: int, protocol_futures: int, intervals: bo
         "backend": loader.info.get("backend") if ready else None,
         "model_state": loader.state,
         # The prompt budget in use, and the costs it was fitted to when the setting leaves it to the machine.
-        **(completer.budget_report(settings.completer_settings()) if completer is not None
-           else {"context_tokens": None, "context_fitted_to": None}),
+        **worker["budget"],
         "model_error": loader.error,
-        "speculation": generator.speculation.snapshot() if generator is not None and generator.speculation else None,
+        "speculation": worker["speculation"],
         # A remote engine's counts; with {"remoteIntervals": true}, each request's (start, first piece,
         # end, outcome) in wall-clock seconds (ditto_bench/storm.py measures the engine's concurrency).
-        "remote": generator.stats(intervals) if generator is not None else None,
+        "remote": worker["remote"],
         "worker_busy": scheduler.busy,
         "worker_idle_work": scheduler.idle_busy,
         "worker_pending": scheduler.pending,
@@ -103,7 +115,7 @@ def report(service, *, open_documents: int, protocol_futures: int, intervals: bo
         "open_documents": open_documents,
         # The drafter's index of the open buffers (completion/buffers.py) and the engine's KV caches
         # (one per document; a closed document's goes at once).
-        "index": completer.buffers.stats() if completer is not None else None,
+        "index": worker["index"],
         "protocol_futures": protocol_futures,  # requests under way (protocol.py)
-        "kv_cache": generator.cache_stats() if generator is not None else None,
+        "kv_cache": worker["kv_cache"],
     }

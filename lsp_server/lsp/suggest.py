@@ -1,33 +1,39 @@
 """The completion service (`CompletionService`): one entry point from a document's snapshot and the
-request's settings to a suggestion, over the parts it owns: the model worker (scheduler.py), the
-model's loading (loading.py), idle work (idle.py) and the counters (stats.py).
+request's settings to a suggestion, over the parts it owns: the model worker (scheduler.py and the
+worker's state, lsp_server/lsp/worker/), the model's loading (loading.py), idle work (idle.py) and the
+counters (stats.py).
 
-A request waits for the model if it loads, runs the Completer on the worker (newest request per
-document wins) with everything it needs as arguments (the snapshot, the settings of the moment,
-the document's per-file state, a `RequestContext` for the engine's hooks), drops a stale result,
-and is counted. Its trace (for `ditto/trace`) is built on the worker and handed to the event loop,
-where the document session keeps it only while the document is open.
+On the event loop (lsp_server/lsp/threads.py). Handlers tell it what happened with its verbs
+(`opened`, `changed`, `moved`, `closed`, `invalid`, `start`, `settings_changed`) and ask with
+`suggest`, `stats` and `check_place`; none reaches into its parts. A request waits for the model if
+it loads, runs on the worker (newest request per document wins) with everything it needs as owned
+values (the snapshot, the settings of the moment, a cancel event), drops a stale result, and is
+counted. What the worker produces (counts, a suggestion's trace, its part of `ditto/stats`) comes
+back through the loop (`Client.post`), and only the loop writes it down.
 Left out on purpose: LSP types and positions (handlers.py, documents.py), prompts and decoding
-(lsp_server/completion/, lsp_server/decoding/).
+(lsp_server/completion/, lsp_server/decoding/), what the worker keeps (worker/state.py).
 """
 
 from __future__ import annotations
 
 import asyncio
-import threading
 import time
 from typing import Callable
 
+from lsprotocol import types
+
 from lsp_server.completion.context import ContextBudget
-from lsp_server.completion.rounds import trace_data
-from lsp_server.decoding.types import RequestContext
-from lsp_server.lsp.debug import DebugHooks
-from lsp_server.lsp.documents import DocumentSession, Snapshot, buffer_name, model_text
+from lsp_server.lsp.documents import DocumentSession
 from lsp_server.lsp.errors import Client
 from lsp_server.lsp.idle import IdleWork
 from lsp_server.lsp.loading import ModelLoader
 from lsp_server.lsp.scheduler import Scheduler, Superseded
 from lsp_server.lsp.stats import Counters, report
+from lsp_server.lsp.threads import Latest, on_loop
+from lsp_server.lsp.worker.debug import DebugHooks
+from lsp_server.lsp.worker.idle import run_idle
+from lsp_server.lsp.worker.messages import Snapshot
+from lsp_server.lsp.worker.state import NO_MODEL_REPORT, Sinks, Worker
 from lsp_server.settings import Settings
 
 
@@ -35,35 +41,81 @@ class CompletionService:
     def __init__(self, documents: DocumentSession, client: Client, settings: Callable[[], Settings]):
         self.documents = documents
         self.client = client
-        self._settings = settings  # the server's live settings (workspace/didChangeConfiguration replaces them)
-        self.scheduler = Scheduler()
+        self._settings = settings  # the server's live settings (a published immutable value)
         self.counters = Counters()
-        # The engine's debug hooks exist only in a server started with `serve --debug-hooks` (debug.py).
+        self._published = Latest(NO_MODEL_REPORT)  # the worker's part of ditto/stats, as it last published it
+        # The engine's debug hooks exist only in a server started with `serve --debug-hooks` (worker/debug.py).
         hooks = DebugHooks(settings, client.notify_threadsafe) if settings().debug_hooks else None
-        self.loader = ModelLoader(self.scheduler, documents, client, settings, hooks)
-        self.idle = IdleWork(self.scheduler, documents, self.loader, self.counters, settings)
+        sinks = Sinks(count=self.counters.add, trace=documents.keep_trace, published=self._published.set,
+                      wake_idle=lambda: self.idle.again(0.0))
+        self._worker = worker = Worker(client.post, sinks, settings, hooks)
+        documents.connect(worker.inbox.put)  # the loop's messages to the worker
+        self.scheduler = Scheduler(after_job=worker.publish)
+        self.loader = ModelLoader(self.scheduler, worker, client, settings)
+        post = client.post
+        self.idle = IdleWork(self.scheduler, documents,
+                             lambda plan, cancel, loop_side: run_idle(worker, plan, cancel, post, loop_side),
+                             lambda: self.loader.ready, settings)
 
     @property
     def settings(self) -> Settings:
         return self._settings()
 
     @property
-    def completer(self):
-        """The loaded model's Completer, or None."""
-        return self.loader.completer
+    def model_ready(self) -> bool:
+        return self.loader.ready
 
     def window_budget(self) -> ContextBudget:
         """The prompt budget a snapshot window must hold (documents.py): the settings' own, else the
-        loaded model's fitted one (the largest step, 2048, before a model is loaded: a window too wide
-        costs a little text, not prompt tokens)."""
-        s, completer = self.settings, self.loader.completer
-        tokens = s.context_tokens or (completer.fit.tokens if completer is not None else 2048)
+        loaded model's fitted one as the worker last published it (the largest step, 2048, before a
+        model is loaded: a window too wide costs a little text, not prompt tokens)."""
+        s = self.settings
+        tokens = s.context_tokens or self._published.get().get("fit_tokens") or 2048
         return ContextBudget.scaled(tokens, s.snippets)
 
-    # -- the documents' life (event loop) ------------------------------------------------------
+    # -- what happened (the handlers' verbs) --------------------------------------------------------
+    @on_loop
+    def start(self) -> None:
+        """The client initialized: load the model of the settings."""
+        self.loader.request_load()
+
+    @on_loop
+    def settings_changed(self, old: Settings, new: Settings) -> None:
+        self.loader.settings_changed(old, new)
+
+    @on_loop
+    def opened(self, uri: str, text: str, version: int | None) -> None:
+        self.documents.changed(uri, text, version)
+        self.idle.buffers_changed()
+        self.idle.aim(uri, types.Position(line=0, character=0))  # LSP does not say where the cursor is
+
+    @on_loop
+    def changed(self, uri: str, end: types.Position | None) -> None:
+        """An open document changed; `end` is where the edit left the cursor (None: not known)."""
+        doc = self.documents.document(uri)
+        if doc is None:
+            return
+        self.documents.changed(doc.uri, doc.source, doc.version)
+        self.idle.buffers_changed()
+        if end is not None:
+            self.idle.aim(uri, end)
+
+    @on_loop
+    def moved(self, uri: str, position: types.Position) -> None:
+        """The cursor moved (Ditto's plugins say so): idle work warms the prompt there."""
+        self.idle.aim(uri, position)
+
+    @on_loop
     def closed(self, uri: str) -> None:
+        self.documents.changed(uri, None)  # its record (trace, edits) goes, and the worker's state of it
         self.loader.forget(uri)
-        self.idle.forget(uri)
+        self.idle.closed(uri)
+        self.idle.buffers_changed()
+
+    @on_loop
+    def invalid(self) -> None:
+        """A request for a document that is not open, or a position outside it."""
+        self.counters.invalid += 1
 
     # -- a request -------------------------------------------------------------------------------
     async def suggest(self, snap: Snapshot, settings: Settings | None = None) -> str | None:
@@ -94,43 +146,9 @@ class CompletionService:
             return None
         t0 = time.perf_counter()
         self.idle.request_made()  # older aims are where the user was (idle.py)
-        options, completer_settings = settings.decode_options(), settings.completer_settings()
-        file = self.documents.file(snap.uri)
-        loop = asyncio.get_running_loop()
-
-        def job(cancel: threading.Event):
-            started = time.perf_counter()
-            completer = loader.completer
-            if completer is None:
-                return None
-            self.idle.sync(completer)
-            warmed = self.idle.took_warm(snap.uri)
-            stale_before = completer.generator.stale_passes
-            try:
-                sug = completer.complete(model_text(snap.text), snap.line, snap.col, name=buffer_name(snap.uri),
-                                         options=options, cancel=cancel, cache_key=snap.uri,
-                                         settings=completer_settings, file=file,
-                                         ctx=RequestContext(snap.uri, False, cancel))
-            finally:
-                c.stale(completer.generator.stale_passes - stale_before)
-            st = sug.completion.stats
-            if warmed and not sug.typethrough and st.reused_tokens >= 0.9 * len(sug.prompt.ids):
-                c.idle_hits += 1
-            if sug.typethrough:
-                return sug  # the trace of the completion on screen stays the one to show
-            c.whole_file += int(sug.prompt.whole)
-            trace = self._trace(snap, sug, completer)
-            # Where a request's time went besides the Completer (docs/perf/README.md): waiting for the
-            # worker (idle work finishing its pass, an older request) and the rest of the job.
-            trace["waited_ms"] = round((started - t0) * 1000, 1)
-            trace["job_ms"] = round((time.perf_counter() - started) * 1000, 1)
-            # Kept on the event loop (before this job's answer reaches it, cancelled or superseded too),
-            # and only while the document is open: the worker never writes what didClose removes.
-            loop.call_soon_threadsafe(self.documents.keep_trace, snap.uri, trace)
-            return sug
-
+        worker = self._worker
         try:
-            sug = await self.scheduler.run(snap.uri, job)
+            sug = await self.scheduler.run(snap.uri, lambda cancel: worker.complete(snap, settings, cancel, t0))
         except asyncio.CancelledError:
             c.cancelled += 1
             raise
@@ -178,57 +196,39 @@ class CompletionService:
         doc = self.documents.document(snap.uri)
         return doc is not None and doc.version == snap.version
 
-    @staticmethod
-    def _trace(snap: Snapshot, sug, completer) -> dict:
-        """`ditto/trace`'s answer for a suggestion: the same data `ditto-lsp trace --json` prints
-        (lsp_server/commands/trace.py, rounds.py `trace_data`), and its legacy `rounds` read from it."""
-        lm = completer.lm
-        s = sug.completion.stats
-        data = trace_data(sug.completion, lm.token_text, text=sug.text, model=lm.spec, drafter=sug.drafter)
-        return {
-            "uri": snap.uri,
-            "version": snap.version,
-            "position": {"line": snap.position.line, "character": snap.position.character},
-            "text": sug.text,
-            "raw": sug.raw,
-            "drafter": sug.drafter,
-            "stop_reason": s.stop_reason,
-            "stats": s.as_dict(),
-            "latency_ms": round(sug.latency_ms, 1),
-            "ahead": sug.ahead,  # generated while idle before the request (its stats are that generation's)
-            "prompt_tokens": len(sug.prompt.ids),  # what the model saw (its stats say what it processed)
-            "whole_file": sug.prompt.whole,  # the whole file above the place (lsp_server/completion/wholefile.py)
-            "rounds": legacy_rounds(data["rounds"], lm.decode),
-            "trace": data,
-        }
-
     # -- the debug hook `ditto/debug/checkPlace` ------------------------------------------------
     async def check_place(self, uri: str) -> dict | None:
-        completer = self.loader.completer
-        if completer is None or not completer.generator.resumable:
+        if self.loader.completer is None:
             return None
-        file = self.documents.file(uri)
-        return await self.scheduler.run(None, lambda cancel: completer.check_place(uri, file))
+        worker = self._worker
+        return await self.scheduler.run(None, lambda cancel: worker.check_place(uri))
+
+    async def debug_view(self) -> dict:
+        """`ditto/debug/worker`: the worker's view of the documents (a job: after what is queued) and
+        the idle plan as the loop holds it."""
+        worker, settings = self._worker, self.settings
+        documents = await self.scheduler.run(None, lambda cancel: worker.debug_view(settings))
+        return {"documents": documents, "idle": self.idle.debug_view()}
+
+    async def propose_edit(self, uri: str, name: str, args: tuple, started: Callable[[object], None]):
+        """A model next edit on the worker (lsp_server/lsp/worker/proposers.py); `started(job)` gets the
+        job, whose cancel event the caller sets when the document changes."""
+        worker = self._worker
+        job = self.scheduler.submit(f"nextedit:{uri}", lambda cancel: worker.propose_edit(name, args, cancel))
+        started(job)
+        return await self.scheduler.wait(job)
 
     def stats(self, *, open_documents: int, protocol_futures: int, intervals: bool = False) -> dict:
-        return report(self, open_documents=open_documents, protocol_futures=protocol_futures, intervals=intervals)
+        """`ditto/stats`: the loop's counts and the worker's last published report; a remote engine's
+        counts live, while a request streams (its generator reads them behind its own lock)."""
+        worker = self._published.get()
+        completer = self.loader.completer
+        if completer is not None and completer.generator.live_stats:
+            worker = {**worker, "remote": completer.generator.stats(intervals)}
+        return report(self, worker, open_documents=open_documents, protocol_futures=protocol_futures)
 
     def close(self, timeout: float | None = None) -> None:
         """Stop the worker (it sets the running generation's stop flag; that ends within one pass)."""
         self.scheduler.close()
         if timeout is not None:
             self.scheduler.join(timeout)
-
-
-def legacy_rounds(rounds: list[dict], decode: Callable[[list[int]], str]) -> list[dict]:
-    """The trace's older per-round form (clients read `rounds`), read from `trace_data`'s rounds."""
-    return [{
-        "proposed": [p["text"] for p in r["proposed"]],
-        "proposed_text": decode([p["id"] for p in r["proposed"]]) if r["proposed"] else "",
-        "accepted": r["accepted"],
-        "appended": r["token"]["text"],
-        "kind": r["kind"],
-        "source": r["source"],
-        "match_len": r["match_len"],
-        "ms": r["ms"],
-    } for r in rounds]

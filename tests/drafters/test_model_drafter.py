@@ -438,7 +438,10 @@ def test_cli_has_the_drafter_choices_and_draft_model():
     assert (args.drafter, args.draft_model) == ("hybrid", "tiny-random")
 
 
-def test_server_turns_an_inserted_suggestion_into_history(lm):
+async def test_server_turns_an_inserted_suggestion_into_history(lm):
+    """An inserted suggestion reaches the Completer's history on the model worker, with what the user
+    typed after it by the next request (lsp_server/lsp/documents.py `note_change`, worker/state.py `sync`)."""
+    import asyncio
     from types import SimpleNamespace
 
     from lsprotocol import types
@@ -446,6 +449,8 @@ def test_server_turns_an_inserted_suggestion_into_history(lm):
 
     from lsp_server.lsp.documents import typed_after
     from lsp_server.lsp.server import DittoServer
+    from lsp_server.lsp.worker.state import Sinks, Worker
+    from lsp_server.settings import Settings
 
     server = DittoServer()
     uri = "file:///tmp/a.py"
@@ -453,18 +458,26 @@ def test_server_turns_an_inserted_suggestion_into_history(lm):
     text = "h." + shown + "  # done\n\n    next_line()\nlater\n"
     server.protocol._workspace = Workspace(None)  # (pygls's, as `initialize` makes it)
     server.workspace.put_text_document(types.TextDocumentItem(uri=uri, language_id="python", version=1, text=text))
+    ignore = lambda *args: None  # noqa: E731
+    worker = Worker(ignore, Sinks(ignore, ignore, ignore, ignore), Settings)
+    completer = worker.completer = Completer(lm)
     docs = server.documents
+    docs.connect(worker.inbox.put)
     docs.keep_trace(uri, {"text": shown})
     change = SimpleNamespace(range=object(), text=shown)
     docs.note_change(uri, SimpleNamespace(content_changes=[SimpleNamespace(range=object(), text="x")]))
-    assert docs.take_changes().accepted == []
+    docs.snapshot(uri, types.Position(line=0, character=0))
+    await asyncio.to_thread(worker.sync, Settings())
+    assert completer.history() == []
     docs.note_change(uri, SimpleNamespace(content_changes=[change]))
     docs.note_change(uri, SimpleNamespace(content_changes=[change]))  # one acceptance per suggestion
     assert typed_after(server.documents.document(uri), shown) == "  # done\n\n    next_line()"
-    completer = Completer(lm)
-    docs.sync(completer, 1 << 20)
+    docs.snapshot(uri, types.Position(line=0, character=0))  # the next request tells the worker
+    await asyncio.to_thread(worker.sync, Settings())
     assert completer.history() == [shown + "  # done\n\n    next_line()"]
-    assert docs.take_changes().accepted == []
+    docs.snapshot(uri, types.Position(line=0, character=0))
+    await asyncio.to_thread(worker.sync, Settings())
+    assert completer.history() == [shown + "  # done\n\n    next_line()"]
 
 
 def test_engine_does_not_cut_a_model_draft_short(lm):

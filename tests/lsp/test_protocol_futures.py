@@ -10,7 +10,7 @@ from lsp_server.lsp.server import build_server
 URI = "file:///tmp/ditto-futures/a.py"
 
 
-def test_a_thousand_edits_leave_no_future_behind():
+async def test_a_thousand_edits_leave_no_future_behind():  # (async: handlers run on the event loop)
     server = build_server()
     server.protocol._workspace = Workspace(None)
     server.workspace.put_text_document(types.TextDocumentItem(uri=URI, language_id="python", version=1, text="x\n"))

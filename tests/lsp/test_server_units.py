@@ -139,7 +139,7 @@ def test_engine_pass_hooks_run_around_every_pass_with_the_work_they_are_for():
 
 def test_debug_hooks_notify_delay_on_the_cancel_event_and_fail():
     from lsp_server.decoding.types import RequestContext
-    from lsp_server.lsp.debug import DEBUG_STEP, DebugHooks
+    from lsp_server.lsp.worker.debug import DEBUG_STEP, DebugHooks
 
     sent = []
     settings = Settings(debug_hooks=True, debug_notify_steps=True, debug_step_delay_ms=10_000)
@@ -237,6 +237,7 @@ async def test_a_change_stops_the_documents_model_next_edit():
     when its document changes, running or still queued, so the worker is free for the completion the typing
     asks for; another document's change leaves it running."""
     from lsp_server.lsp.nextedit import NextEdits
+    from lsp_server.lsp.worker.proposers import EditProposers
 
     sched = Scheduler()
     started, asked = threading.Event(), []
@@ -247,9 +248,18 @@ async def test_a_change_stops_the_documents_model_next_edit():
             started.set()
             return None if cancel.wait(30) else "proposal"
 
-    service = SimpleNamespace(scheduler=sched, loader=SimpleNamespace(ready=True, completer=None))
-    ne = NextEdits(None, service, lambda: Settings(next_edit_proposer="judged"))
-    ne._model_proposer = lambda name, completer: Waiting()
+    proposers = EditProposers()
+    proposers._proposer = lambda name, completer: Waiting()
+
+    class Service:  # the completion service's `propose_edit`: the job on the worker (worker/proposers.py)
+        model_ready = True
+
+        async def propose_edit(self, uri, name, args, started):
+            job = sched.submit(f"nextedit:{uri}", lambda cancel: proposers.propose(name, None, args, cancel))
+            started(job)
+            return await sched.wait(job)
+
+    ne = NextEdits(None, Service(), lambda: Settings(next_edit_proposer="judged"))
     loop = asyncio.get_running_loop()
 
     task = asyncio.ensure_future(ne._propose("a.py", "x", 0, [], [], 1))

@@ -172,13 +172,13 @@ def server():
 
 @pytest.mark.parametrize("key,case", CASES, ids=IDS)
 @pytest.mark.parametrize("spell", [camel, str], ids=["camelCase", "snake_case"])
-def test_an_initialization_option_reaches_its_field(server, key, case, spell):
+async def test_an_initialization_option_reaches_its_field(server, key, case, spell):
     value = case[1]
     server.apply_settings({spell(key): value}, "initializationOptions", load=False)
     only_changed(server.settings, **{key: value})
 
 
-def test_initialization_options_all_at_once_and_under_a_ditto_key(server):
+async def test_initialization_options_all_at_once_and_under_a_ditto_key(server):
     server.apply_settings({camel(k): v for k, v in VALUES.items()}, "initializationOptions", load=False)
     only_changed(server.settings, **VALUES)
     server.apply_settings({"ditto": {"drafter": "model", "adaptive": True}}, "workspace/didChangeConfiguration",
@@ -186,7 +186,7 @@ def test_initialization_options_all_at_once_and_under_a_ditto_key(server):
     only_changed(server.settings, **{**VALUES, "drafter": "model", "adaptive": True})
 
 
-def test_a_client_cannot_turn_on_the_debug_hooks(server, caplog):
+async def test_a_client_cannot_turn_on_the_debug_hooks(server, caplog):
     debug = {"debugDocuments": True, "debugFailForward": True, "debugNotifySteps": True, "debugStepDelayMs": 50,
              "debugHooks": True}
     with caplog.at_level("WARNING", logger="lsp_server.lsp.server"):

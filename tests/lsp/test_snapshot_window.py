@@ -5,6 +5,7 @@ first line moves (the completer's prompt window is moved with it)."""
 
 from __future__ import annotations
 
+import asyncio
 import random
 
 import pytest
@@ -14,6 +15,8 @@ from pygls.workspace import Workspace
 from lsp_server.completion.completer import Completer
 from lsp_server.lsp.documents import WINDOW_GRID, WindowText, buffer_name
 from lsp_server.lsp.server import DittoServer
+from lsp_server.lsp.worker.state import Sinks, Worker
+from lsp_server.settings import Settings
 
 URI = "file:///tmp/ditto-window/long.py"
 
@@ -36,11 +39,21 @@ def long_doc(lines: int) -> str:
     return "".join(f"def handler_{i}(value):\n    return value * {i} + offset_{i % 7}\n" for i in range(lines // 2))
 
 
-def test_prompts_through_a_window_are_the_whole_texts(lm):
+async def test_prompts_through_a_window_are_the_whole_texts(lm):
     text = long_doc(6000)
     server = server_with(text)
     windowed, whole = Completer(lm), Completer(lm)
+    ignore = lambda *args: None  # noqa: E731  (what the worker reports to the loop: not looked at here)
+    worker = Worker(ignore, Sinks(ignore, ignore, ignore, ignore), Settings)  # the worker's state, run on a thread
+    worker.completer = windowed
+    server.documents.connect(worker.inbox.put)
+    server.documents.changed(URI, text, 1)  # (didOpen's message)
     name = buffer_name(URI)
+
+    def on_worker(snap):  # moves the prompt window with the snapshot's, then builds the prompt
+        worker.sync(Settings())
+        return windowed.prompt_for(snap.text, snap.line, snap.col, name=name, cache_key=URI, file=worker.file(snap))
+
     rng = random.Random(0)
     line = 100
     firsts = set()
@@ -53,23 +66,21 @@ def test_prompts_through_a_window_are_the_whole_texts(lm):
         snap = server.documents.snapshot(URI, types.Position(line=line, character=col))
         assert isinstance(snap.text, WindowText) and snap.line + snap.text.first_line == line
         firsts.add(snap.text.first_line)
-        server.documents.sync(windowed, 1 << 30)  # the worker: moves the prompt window with the snapshot's
-        a = windowed.prompt_for(snap.text, snap.line, snap.col, name=name, cache_key=URI,
-                                file=server.documents.file(URI))
+        a = await asyncio.to_thread(on_worker, snap)
         b = whole.prompt_for(text, line, snap.col, name=name, cache_key=URI)
         assert a.ids == b.ids, (step, line)
         assert a.start_line + snap.text.first_line == b.start_line
     assert len(firsts) >= 3 and all(f % WINDOW_GRID == 0 for f in firsts)
 
 
-def test_a_short_document_is_its_own_window():
+async def test_a_short_document_is_its_own_window():
     text = long_doc(400)
     server = server_with(text)
     snap = server.documents.snapshot(URI, types.Position(line=200, character=3))
     assert snap.text == text and snap.text.first_line == 0 and snap.line == 200
 
 
-def test_to_client_counts_lines_of_the_document():
+async def test_to_client_counts_lines_of_the_document():
     text = long_doc(6000)
     server = server_with(text)
     snap = server.documents.snapshot(URI, types.Position(line=5000, character=4))

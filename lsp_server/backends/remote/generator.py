@@ -32,6 +32,9 @@ class RemoteGenerator(Generator):
     # Token healing's mask is not sent (an OpenAI-style engine takes no per-token mask): the
     # prompt keeps the typed word and only trailing blanks are healed (docs/team.md).
     constrains = False
+    # `stats` may be read from the server's event loop while a request streams on the model worker:
+    # what it reads is behind `_counted`, the lock of the counts (lsp_server/lsp/threads.py).
+    live_stats = True
 
     def __init__(self, model):  # a RemoteModel (lsp_server/backends/remote/model.py)
         self.model = model
@@ -43,6 +46,7 @@ class RemoteGenerator(Generator):
         self.intervals: deque = deque(maxlen=4000)  # (start, first piece or None, end, outcome), wall clock
         self.in_flight = 0
         self.pieces = 0  # streamed pieces received, counted as they arrive (tests wait on it)
+        self._counted = threading.Lock()  # counts, in_flight, pieces, first_piece_ms, intervals, problem
         stop_texts = {model.token_text(t) for t in model.stop_ids}
         self.stop_texts = sorted(t for t in stop_texts if t.strip())
 
@@ -101,7 +105,8 @@ class RemoteGenerator(Generator):
             if first[0] is None:
                 first[0] = time.perf_counter()
             pieces[0] += 1  # one event is one token on llama.cpp; vLLM may send several in one
-            self.pieces += 1
+            with self._counted:
+                self.pieces += 1
             if not piece:
                 return False
             text += piece
@@ -111,8 +116,9 @@ class RemoteGenerator(Generator):
                 raise _StopText()
             return done(text)
 
-        self.counts["requests"] += 1
-        self.in_flight += 1
+        with self._counted:
+            self.counts["requests"] += 1
+            self.in_flight += 1
         req = Request(self.model.endpoint, self.model.transport, cancel, deadline)
         notice = None
         outcome = "ok"
@@ -120,7 +126,8 @@ class RemoteGenerator(Generator):
             finish = req.run(self.body(self.model.decode(prompt.ids), opts), on_piece)
             stats.stop_reason = {"stop": "eos", "length": "length", "stop-rule": "stop-rule"}.get(finish or "", finish or "eos")
             if finish == "stop-rule":
-                self.counts["stop_rule"] += 1
+                with self._counted:
+                    self.counts["stop_rule"] += 1
         except _StopText:
             stats.stop_reason = "eos"
         except Stop as stop:
@@ -132,28 +139,32 @@ class RemoteGenerator(Generator):
                                                           f"{opts.time_budget_s:.1f} s"))
                 stats.stop_reason, outcome, text = "error", "error", ""
             else:
-                self.counts["cancelled" if stats.stop_reason == "cancelled" else "time"] += 1
+                with self._counted:
+                    self.counts["cancelled" if stats.stop_reason == "cancelled" else "time"] += 1
         except RemoteError as err:
             notice = self._failed(err)
             stats.stop_reason, outcome, text = "error", "error", ""
         finally:
-            self.in_flight -= 1
+            with self._counted:
+                self.in_flight -= 1
         if outcome != "error" and req.answered:
             # Only an answer ends an outage: a request superseded while it was still connecting to
             # a dead host proves nothing (and must not make the next failure a new message).
-            self.counts["ok"] += 1
-            if first[0] is not None:
-                self.first_piece_ms.append((first[0] - t0) * 1000)
-            if self.problem is not None:
+            with self._counted:
+                self.counts["ok"] += 1
+                if first[0] is not None:
+                    self.first_piece_ms.append((first[0] - t0) * 1000)
+                back, self.problem = self.problem is not None, None
+            if back:
                 log.info("the engine at %s answers again", self.model.endpoint.url)
-                self.problem = None
         end = time.perf_counter()
         stats.tokens = stats.generated = pieces[0]
         stats.wall_ms = (end - t0) * 1000
         stats.prefill_ms = ((first[0] or end) - t0) * 1000
         stats.decode_ms = stats.wall_ms - stats.prefill_ms
-        self.intervals.append((round(wall0, 4), None if first[0] is None else round(wall0 + first[0] - t0, 4),
-                               round(wall0 + end - t0, 4), outcome))
+        with self._counted:
+            self.intervals.append((round(wall0, 4), None if first[0] is None else round(wall0 + first[0] - t0, 4),
+                                   round(wall0 + end - t0, 4), outcome))
         return Generated(text, Completion([], stats, []), notice)
 
     def _failed(self, err: RemoteError) -> str | None:
@@ -162,22 +173,29 @@ class RemoteGenerator(Generator):
         An outage lasts until a request succeeds, whatever its failures are (an engine going
         down resets the open stream, then refuses connections: one outage, one message).
         """
-        self.counts["errors"] += 1
-        if self.problem is not None:
+        with self._counted:
+            self.counts["errors"] += 1
+            ongoing = self.problem is not None
+            if not ongoing:
+                self.problem = err.kind
+        if ongoing:
             log.debug("engine still failing: %s", err)
             return None
-        self.problem = err.kind
         msg = f"Ditto: the remote engine failed: {err} (suggestions are empty until it answers)"
         log.error("%s", msg)
         return msg
 
     def stats(self, intervals: bool = False) -> dict:
-        out = {**self.counts, "in_flight": self.in_flight, "pieces": self.pieces, "url": self.model.endpoint.url, "engine": self.model.endpoint.engine,
-               "tokenizer": self.model.tokenizer.source, "failing": self.problem,
-               "first_piece_ms": {"p50": percentile(self.first_piece_ms, 50, 1),
-                                  "p95": percentile(self.first_piece_ms, 95, 1)}}
+        """The counts; from any thread (`live_stats`)."""
+        with self._counted:
+            counts, in_flight, pieces, problem = dict(self.counts), self.in_flight, self.pieces, self.problem
+            firsts = list(self.first_piece_ms)
+            spans = list(self.intervals) if intervals else None
+        out = {**counts, "in_flight": in_flight, "pieces": pieces, "url": self.model.endpoint.url,
+               "engine": self.model.endpoint.engine, "tokenizer": self.model.tokenizer.source, "failing": problem,
+               "first_piece_ms": {"p50": percentile(firsts, 50, 1), "p95": percentile(firsts, 95, 1)}}
         if intervals:
-            out["intervals"] = list(self.intervals)
+            out["intervals"] = spans
         return out
 
 

@@ -1,6 +1,6 @@
 """Test hooks around every model pass (`DebugHooks`): `debug_step_delay_ms`, `debug_notify_steps` and
 `debug_fail_forward`. Installed as the engine's pass hooks (lsp_server/decoding/types.py `PassHooks`)
-only when the server runs as `ditto-lsp serve --debug-hooks` (lsp_server/lsp/loading.py); a
+only when the server runs as `ditto-lsp serve --debug-hooks` (lsp_server/lsp/loading.py, worker/state.py); a
 production server's engine has none.
 
 Each pass arrives with the `RequestContext` of the work it is for (the document, idle or not, the
