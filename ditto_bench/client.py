@@ -23,8 +23,10 @@ SERVE = [sys.executable, "-m", "lsp_server.cli", "serve"]
 class RawClient:
     """One `ditto-lsp serve` process and the messages it sent."""
 
-    def __init__(self, args: list[str], env: dict | None = None, stderr=None, cwd: str | None = None):
-        self.proc = subprocess.Popen([*SERVE, *args], stdin=subprocess.PIPE, stdout=subprocess.PIPE,
+    def __init__(self, args: list[str], env: dict | None = None, stderr=None, cwd: str | None = None,
+                 command: list[str] | None = None):
+        """`command` runs instead of `ditto-lsp serve` (`args` follow it): a test's own launcher."""
+        self.proc = subprocess.Popen([*(command or SERVE), *args], stdin=subprocess.PIPE, stdout=subprocess.PIPE,
                                      stderr=stderr if stderr is not None else subprocess.DEVNULL,
                                      env={**os.environ, **(env or {})}, cwd=cwd)
         self.pid = self.proc.pid
