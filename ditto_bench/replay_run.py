@@ -39,17 +39,9 @@ def run_replay(args, sessions: list, systems: list[str], t_run: float):
     import tempfile
 
     from ditto_bench import metrics
-    from ditto_bench.replay import (
-        ANSWER_TIMEOUT_S,
-        CURSOR_NOTICE_S,
-        IDLE_WAIT_S,
-        LINE_PAUSE_S,
-        REST_S,
-        ReplayOptions,
-        make_drivers,
-        replay_session,
-        script,
-    )
+    from ditto_bench.replay import make_drivers, replay_session
+    from ditto_bench.replay_ditto import CURSOR_NOTICE_S
+    from ditto_bench.replay_script import ANSWER_TIMEOUT_S, IDLE_WAIT_S, LINE_PAUSE_S, REST_S, ReplayOptions, script
 
     cores = replay_cores(args)
     log_dir = (args.out / "logs") if args.out else Path(tempfile.mkdtemp(prefix="ditto-replay-"))

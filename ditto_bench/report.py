@@ -107,7 +107,7 @@ def _drafting_lines(results: dict, summary: dict) -> list[str]:
     if priced:
         out += [f"Passes were priced with the pass costs of {priced.get('device') or priced.get('source')} "
                 f"({priced.get('source')}" + (f", its fixed shape of {priced['rows']} rows" if priced.get("rows") else "")
-                + f"): the adaptive policy chose draft and tree sizes as it would there; this machine's own "
+                + "): the adaptive policy chose draft and tree sizes as it would there; this machine's own "
                 "pass costs were not used.", ""]
         from ditto_bench.projection import gpu_costs, project
 

@@ -18,7 +18,9 @@ import pytest
 from ditto_bench import metrics, report
 from ditto_bench.harvest import Task
 from ditto_bench.peer import Buffer, LlamaVimClient, chunk_sim
-from ditto_bench.replay import Ask, DittoDriver, Edit, Open, ReplayOptions, first_line_exact, misfire, script
+from ditto_bench.quality import first_line_exact, misfire
+from ditto_bench.replay_ditto import DittoDriver
+from ditto_bench.replay_script import Ask, Edit, Open, ReplayOptions, script
 from ditto_bench.session import Block, Session, build_sessions
 from ditto_bench.systems import parse_systems, replay_system
 
@@ -151,14 +153,14 @@ def test_replay_system_names():
     assert replay_system("ditto-base@512") is None and replay_system("llama-server+default") is None
     assert replay_system("ditto@320~similar+qwen2.5-coder-1.5b") == ("ditto", 320)  # a snippets source
     assert replay_system("llama-server~similar") is None and replay_system("ditto~nearby") is None
-    from ditto_bench.replay import replay_model
+    from ditto_bench.replay_ditto import replay_model
 
     assert replay_model("ditto@512+qwen2.5-coder-1.5b", "default") == "qwen2.5-coder-1.5b"
     assert replay_model("ditto@512", "default") == "default"
     assert parse_systems("ngram,ditto,llama-server", "session") == ["ngram", "ditto", "llama-server"]
     with pytest.raises(ValueError):
         parse_systems("ditto", "keystroke")
-    from ditto_bench.replay import ditto_options
+    from ditto_bench.replay_ditto import ditto_options
 
     assert ditto_options("ditto") == {}
     assert ditto_options("ditto-nodraft@512") == {"drafter": "none", "contextTokens": 512}
