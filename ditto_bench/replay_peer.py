@@ -34,7 +34,7 @@ class PeerDriver:
         self._followup: threading.Thread | None = None
 
     def start(self) -> None:
-        from ditto_bench.peer import PeerServer
+        from ditto_bench.peer_server import PeerServer
 
         o = self.opts
         self.server = PeerServer(self.gguf, core=o.cores[1], n_ctx=o.peer_ctx,

@@ -17,7 +17,8 @@ import pytest
 
 from ditto_bench import metrics, report
 from ditto_bench.harvest import Task
-from ditto_bench.peer import Buffer, LlamaVimClient, chunk_sim
+from ditto_bench.peer import LlamaVimClient
+from ditto_bench.peer_text import Buffer, chunk_sim
 from ditto_bench.quality import first_line_exact, misfire
 from ditto_bench.replay_ditto import DittoDriver
 from ditto_bench.replay_script import Ask, Edit, Open, ReplayOptions, script
