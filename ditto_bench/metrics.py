@@ -87,6 +87,7 @@ def summarise_completion(records: list[dict], reference: str = "off") -> dict:
             "edit_similarity": _r(_mean([r["edit_similarity"] for r in rs])),
             "first_line_edit_similarity": _r(_mean([r["first_line_edit_similarity"] for r in rs])),
             "empty_share": _r(_mean([float(bool(r.get("empty"))) for r in rs])),
+            **keep_summary(rs),
             "speedup_median": _r(statistics.median(ratios) if ratios else None),
             "speedup_geomean": _r(geomean(ratios)),
             "decode_speedup_median": _r(statistics.median(dratios) if dratios else None),
@@ -352,6 +353,23 @@ def quality_summary(rs: list[dict]) -> dict:
         "misfires": misfires,
         "misfire_eligible": len(eligible),
         "misfire_share": _r(misfires / len(eligible)) if eligible else None,
+        **keep_summary(rs),
+    }
+
+
+def keep_summary(rs: list[dict]) -> dict:
+    """What the user keeps, over requests `rs` whose records carry quality.keep_quality's fields:
+    shown, kept and wrong (counts), wrong a request (wrong / requests: the headline) and characters
+    kept a request (averaged over every request, one with nothing shown counting 0). None where no
+    record carries them (a results.json written before they existed)."""
+    have = [r for r in rs if "shown" in r]
+    wrong = sum(1 for r in have if r["wrong"])
+    return {
+        "shown": sum(1 for r in have if r["shown"]) if have else None,
+        "kept": sum(1 for r in have if r["kept"]) if have else None,
+        "wrong": wrong if have else None,
+        "wrong_per_request": _r(wrong / len(have)) if have else None,
+        "kept_chars_per_request": _r(sum(r["kept_chars"] for r in have) / len(have), 3) if have else None,
     }
 
 

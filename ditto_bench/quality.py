@@ -5,6 +5,17 @@ the in-process session mode and the editor replay compare it with what the user 
 cursor (`request_quality`, `typed_quality`). Edit similarity is 1 - Levenshtein distance / the
 longer length.
 
+What the user keeps (`keep_quality`, issue 58), against `rest`, the rest of the true line and the
+block's later lines (what the user types next):
+
+- *shown*: the suggestion is not empty;
+- *kept*: shown, and the suggestion is a prefix of `rest` (Tab, then keep typing);
+- *wrong*: shown, and its first line is not a prefix of the rest of the true line, trailing blanks
+  of both aside;
+- *kept characters*: the longest common prefix of the suggestion and `rest`, cut back to a word
+  boundary of the suggestion (accepting word by word never stops between two word characters,
+  letters, digits or `_`); all of it when the suggestion is kept, 0 when nothing is shown.
+
 Left out on purpose: sums and rates over many requests (metrics.py `quality_summary`) and tables
 (report.py).
 """
@@ -49,6 +60,7 @@ def completion_quality(suggestion: str, truth: str) -> dict:
         "edit_similarity": round(edit_similarity(s, t), 4),
         "first_line_edit_similarity": round(edit_similarity(first_line(suggestion), first_line(truth)), 4),
         "empty": not suggestion,
+        **keep_quality(suggestion, truth),
     }
 
 
@@ -70,12 +82,43 @@ def misfire(typed: str, true_line: str, suggestion: str) -> bool | None:
     return bool(suggestion) and not _word(suggestion[0])
 
 
+def kept_chars(suggestion: str, rest: str) -> int:
+    """Characters of `suggestion` a user accepting word by word keeps before it leaves `rest` (module
+    docstring): the common prefix, cut back to where a word-by-word accept can stop."""
+    n = 0
+    for a, b in zip(suggestion, rest):
+        if a != b:
+            break
+        n += 1
+    if n == len(suggestion):
+        return n
+    while n > 0 and _word(suggestion[n - 1]) and _word(suggestion[n]):
+        n -= 1
+    return n
+
+
+def keep_quality(suggestion: str, rest: str) -> dict:
+    """shown, kept, wrong and kept_chars of one suggestion against `rest`, what the user types next
+    from the cursor (module docstring)."""
+    shown = suggestion != ""
+    line_rest = rest.split("\n", 1)[0].rstrip()
+    return {
+        "shown": shown,
+        "kept": shown and rest.startswith(suggestion),
+        "wrong": shown and not line_rest.startswith(suggestion.split("\n", 1)[0].rstrip()),
+        "kept_chars": kept_chars(suggestion, rest),
+    }
+
+
 def request_quality(typed: str, suggestion: str, true_line: str, true_rest: str) -> dict:
+    """One request's quality: `typed` is the text before the cursor on its line, `true_line` that
+    line as the commit wrote it, `true_rest` the rest of it and the block's later lines."""
     return {
         "first_line_exact": first_line_exact(typed, suggestion, true_line),
         "edit_similarity": round(edit_similarity(normalise(suggestion), normalise(true_rest)), 4),
         "empty": not suggestion,
         "misfire": misfire(typed, true_line, suggestion),
+        **keep_quality(suggestion, true_rest),
     }
 
 

@@ -103,7 +103,8 @@ def test_typed_quality_reads_the_typed_part_of_the_line_the_true_line_and_the_re
     truth = "if ok:\n    return é_value\n"
     # One letter typed: a suggestion that completes the word is right; one that starts anew misfires.
     q = typed_quality(truth, 1, "f ok:\n    return é_value")
-    assert q == {"first_line_exact": True, "edit_similarity": 1.0, "empty": False, "misfire": False}
+    assert q == {"first_line_exact": True, "edit_similarity": 1.0, "empty": False, "misfire": False,
+                 "shown": True, "kept": True, "wrong": False, "kept_chars": 24}
     q = typed_quality(truth, 1, " = 0")
     assert q["first_line_exact"] is False and q["misfire"] is True and q["edit_similarity"] < 0.5
     # On the second line after its indentation (7 + 4 characters typed): the typed part is the
