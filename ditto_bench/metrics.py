@@ -388,6 +388,8 @@ def _replay_group(rs: list[dict], timeout_ms: float) -> dict:
         "continuations_identical": sum(1 for c in checked if c.get("identical")),
         "continuations_empty": len(ran) - len(checked),
         "timeouts": sum(1 for r in rs if r.get("timeout")),
+        # answers the replay accepted (sent as one insert before the rest was typed: replay_script.accepted)
+        "acceptances": sum(1 for r in rs if r.get("acceptance_sent")),
         "tts_ms_p50": _r(percentile(tts, 50), 1),
         "tts_ms_p95": _r(percentile(tts, 95), 1),
         **quality_summary(rs),

@@ -34,6 +34,12 @@ open):
       its Enter and no request;
    d. the rest of the last line is inserted at once. Typed blocks stay in the document.
 
+The user accepts only what they would keep: where an answer's text is a prefix of what the edits
+right after it insert (the rest of its line, and the next line's Enter and first character), it is
+sent as one insert at the cursor, what an editor's accept sends, and then the remainder
+(replay_script.py `accepted`); the requests and the document at each are the same for every
+system. The record's `acceptance_sent` says so. The peer's client sends nothing on an edit.
+
 Pauses are multiplied by `pause_scale` (tests run at 0.01). Every request's record has the
 time to suggestion (request sent -> answer received, client wall clock), the idle time the
 system had before it, the suggestion and its quality against the truth (`request_quality`).
@@ -54,7 +60,7 @@ from pathlib import Path
 from ditto_bench.quality import request_quality
 from ditto_bench.replay_ditto import DittoDriver
 from ditto_bench.replay_peer import PeerDriver, peer_gguf
-from ditto_bench.replay_script import Edit, Open, Pause, ReplayOptions, script
+from ditto_bench.replay_script import Edit, Open, Pause, ReplayOptions, accepted, script
 from ditto_bench.systems import REPLAY_PEER as PEER
 from ditto_bench.systems import replay_system
 
@@ -73,8 +79,11 @@ def replay_session(driver, session, steps: list | None = None, on_request=None) 
     repo = session.blocks[0].task.repo
     pause_s = 0.0  # pauses (scaled) since the previous answer
     t_last = time.monotonic()
+    i = 0
     try:
-        for step in steps:
+        while i < len(steps):
+            step = steps[i]
+            i += 1
             if isinstance(step, Open):
                 out.opened = driver.open(step, repo)
                 t_last = time.monotonic()
@@ -88,14 +97,22 @@ def replay_session(driver, session, steps: list | None = None, on_request=None) 
                 rec = driver.ask(step)
                 t_last = time.monotonic()
                 suggestion = rec.get("text") or ""
+                # A kept answer that fits before the next request is accepted (one insert), then the rest typed.
+                accept = accepted(step, suggestion, steps[i:])
                 out.records.append({
                     "session": session.id, "task": step.task, "system": driver.system, "block": step.block,
                     "k": step.k, "kind": step.kind, "event": step.event, "line": step.line, "col": step.col,
                     "pause_ms": round(pause_s * 1000, 1), "idle_ms": round(idle_ms, 1), **rec,
                     "typed": step.typed, "true_line": step.true_line, "true_rest": step.true_rest,
                     **request_quality(step.typed, suggestion, step.true_line, step.true_rest),
+                    "acceptance_sent": accept is not None,
                 })
                 pause_s = 0.0
+                if accept is not None:
+                    edits, replaced = accept
+                    for e in edits:
+                        driver.edit(e)
+                    i += replaced
                 if on_request is not None:
                     on_request(out.records[-1])
     finally:

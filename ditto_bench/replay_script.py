@@ -5,7 +5,8 @@ empty line each, the commit's other files open) into steps: `Open`, `Edit` (one 
 `Pause` and `Ask` (one completion request, with what the truth says it should suggest). Every step
 carries the document after it, so a driver can send either the change or the whole text.
 `ReplayOptions` holds the replay's settings that every driver reads (model, cores, pauses' scale,
-timeouts, logs).
+timeouts, logs). `accepted` turns the edits after a kept answer into what an editor sends when the
+user accepts it (the answer as one insert, then the rest): the same requests, the same document.
 
 Left out on purpose: sending anything (the drivers, replay_ditto.py and replay_peer.py), the run's
 loop (replay.py `replay_session`) and what a suggestion is worth (quality.py).
@@ -52,7 +53,7 @@ class Open:
 class Edit:
     """One didChange: `text` replaces (line, col)-(end_line, end_col) of the document before it."""
 
-    what: str  # arrive | char | rest | enter
+    what: str  # arrive | char | rest | enter | accept
     line: int
     col: int
     end_line: int
@@ -138,3 +139,35 @@ def script(session, open_rest: float = 0.0) -> list:
             edit("rest", row, done, row, done, last[done:], (row, len(last)))
         shift += len(truth) - 1
     return steps
+
+
+def accepted(ask: Ask, text: str, following: list) -> tuple[list[Edit], int] | None:
+    """What an editor sends where the user accepts the answer `text` given at `ask`: None unless
+    `text` is a non-empty prefix of what the edits right after the answer insert at the cursor (the
+    run of inserts before the next pause, request or jump; a kept suggestion that fits before the
+    next request). Else the edits sent in place of that run, and how many steps of `following` they
+    replace: `text` as one insert at the cursor (an accept), then the remainder of the edit it ends
+    in and the run's later edits. The document after them is the run's."""
+    if not text:
+        return None
+    cursor, run = (ask.line, ask.col), []
+    for step in following:
+        if not isinstance(step, Edit) or (step.line, step.col) != cursor or (step.end_line, step.end_col) != cursor:
+            break
+        run.append(step)
+        cursor = step.cursor
+    if not "".join(e.text for e in run).startswith(text):
+        return None
+    lines = ask.document.split("\n")
+    row = lines[ask.line]
+    lines[ask.line : ask.line + 1] = (row[: ask.col] + text + row[ask.col :]).split("\n")
+    last = text.rsplit("\n", 1)
+    at = (ask.line + text.count("\n"), (ask.col if len(last) == 1 else 0) + len(last[-1]))
+    out, done = [Edit("accept", ask.line, ask.col, ask.line, ask.col, text, at, "\n".join(lines))], 0
+    for e in run:
+        cut = min(max(len(text) - done, 0), len(e.text))
+        done += len(e.text)
+        if cut == len(e.text):  # accepted whole
+            continue
+        out.append(Edit(e.what, *at, *at, e.text[cut:], e.cursor, e.document) if cut else e)
+    return out, len(run)
