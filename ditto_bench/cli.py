@@ -36,7 +36,9 @@ def configure(p: argparse.ArgumentParser) -> None:
                    help="comma-separated; completion: off,ngram,oracle,hf-greedy,hf-prompt-lookup (default all; hf-* "
                         "only on --backend torch); "
                         "keystroke and session: off|ngram, each optionally -noreuse (default ngram,ngram-noreuse); "
-                        "session also: ditto, ditto-nodraft, ditto-whole (wholeFile on; each optionally @N: contextTokens N) and llama-server, "
+                        "session also: ditto, ditto-nodraft, ditto-whole (wholeFile on; each optionally @N: contextTokens N, "
+                        "~SOURCE: snippets, +MODEL, then #KEY=VALUE: any initialization option, e.g. ditto#show=sure) and "
+                        "llama-server, "
                         "real servers driven as editors drive them (the editor replay); "
                         "next-edit: propagate, rewrite, both (default propagate,rewrite)")
     p.add_argument("--since", default=None, help="only commits after this date (git log --since)")

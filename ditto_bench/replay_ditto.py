@@ -1,8 +1,8 @@
 """Ditto in the editor replay: `ditto-lsp serve` over LSP, driven as Ditto's editor plugins drive it.
 
 `DittoDriver` starts the server (pinned to the replay's first core, one thread) with the
-initializationOptions its system name says (`ditto_options`: `-nodraft`, `-whole`, `@N`, `~SOURCE`;
-`replay_model`: `+MODEL`), sends didOpen, incremental didChange in UTF-16 units,
+initializationOptions its system name says (`ditto_options`: `-nodraft`, `-whole`, `@N`, `~SOURCE`,
+`#KEY=VALUE`; `replay_model`: `+MODEL`), sends didOpen, incremental didChange in UTF-16 units,
 `ditto/didMoveCursor` 150 ms into every pause and `textDocument/inlineCompletion`, and reads each
 answer's `ditto/trace` for the record. `ditto-base` runs another checkout's server at its own
 defaults.
@@ -15,23 +15,27 @@ from __future__ import annotations
 
 import contextlib
 import os
+import re
 import time
 from pathlib import Path
 
 from ditto_bench.replay_script import Ask, Edit, Open, Pause, ReplayOptions
-from ditto_bench.systems import replay_snippets, replay_system
+from ditto_bench.systems import name_options, replay_snippets, replay_system
 
 CURSOR_NOTICE_S = 0.15  # Ditto's plugins send ditto/didMoveCursor this long into a pause
 QUIET_WAIT_S = 20.0  # the longest wait, after a system's session, for its server's idle work to end
 
 
 def replay_model(name: str, default: str) -> str:
-    """The model spec of a Ditto system: what follows `+` in its name, else the bench's --model."""
-    return name.split("+", 1)[1] if "+" in name else default
+    """The model spec of a Ditto system: what follows `+` in its name (before any `#KEY=VALUE`), else
+    the bench's --model."""
+    head = name.split("#", 1)[0]
+    return head.split("+", 1)[1] if "+" in head else default
 
 
 def ditto_options(name: str) -> dict:
-    """initializationOptions of a Ditto system beyond the server's defaults."""
+    """initializationOptions of a Ditto system beyond the server's defaults: what its base and
+    suffixes say, then each `#KEY=VALUE` (systems.name_options)."""
     base, context = replay_system(name)
     out = {}
     if base == "ditto-nodraft":
@@ -42,7 +46,12 @@ def ditto_options(name: str) -> dict:
         out["contextTokens"] = context
     if replay_snippets(name) is not None:
         out["snippets"] = replay_snippets(name)
-    return out
+    return {**out, **(name_options(name) or {})}  # `#KEY=VALUE` last: it wins
+
+
+def log_name(system: str) -> str:
+    """The file of a system's server log: its name, with what a file name should not hold replaced."""
+    return re.sub(r"[^\w.@~+#=-]", "_", system) + ".log"
 
 
 @contextlib.contextmanager
@@ -98,7 +107,7 @@ class DittoDriver:
                 raise RuntimeError("ditto-base runs the server of another checkout: give --baseline DIR")
             cwd = str(Path(o.baseline).resolve())  # `python -m lsp_server.cli` there imports that checkout's code
             env["PYTHONPATH"] = cwd
-        log = open(o.log_dir / f"{self.system}.log", "ab") if o.log_dir else None
+        log = open(o.log_dir / log_name(self.system), "ab") if o.log_dir else None
         try:
             with pinned(o.cores[0]):
                 self.client = RawClient(args, env=env, stderr=log, cwd=cwd)
@@ -114,6 +123,7 @@ class DittoDriver:
         if end["params"]["value"].get("message") != "ready":
             raise RuntimeError(f"{self.system}: the model did not load: {st.get('model_error')}")
         self.info = {"system": self.system, "serve": ["ditto-lsp", "serve", *args], "initializationOptions": settings,
+                     "name_options": name_options(self.system),
                      **({"checkout": cwd, "commit": _commit(cwd)} if cwd else {}),
                      "core": o.cores[0], "threads": 1, "env": env, "pid": self.client.pid,
                      **{k: st.get(k) for k in ("model", "backend", "device", "dtype", "context_tokens",
