@@ -1,7 +1,8 @@
 """results.json -> report.md (tables) and PNG plots (matplotlib, Agg backend).
 
 Reads only the dict written to results.json, so a report can be rebuilt from a saved run:
-`python -m ditto_bench.report DIR`.
+`python -m ditto_bench.report DIR`. What the user keeps (the headline table, its cells beside each
+mode's quality columns, kept_vs_wrong.png) is report_keep.py's.
 """
 
 from __future__ import annotations

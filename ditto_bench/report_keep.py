@@ -72,19 +72,21 @@ def keep_plot(summary: dict, out: Path) -> bool:
         return False
     fig, ax = plt.subplots(figsize=(8, 5))
     colours: dict[str, str] = {}
+    at: dict[tuple, list[str]] = {}  # systems on one point are named together
     for s, v in pts:
         base = re.split(r"[#@~+]", s, maxsplit=1)[0].removesuffix("-noreuse")
         first = base not in colours
         colour = colours.setdefault(base, f"C{len(colours) % 10}")
-        ax.scatter([v["kept_chars_per_request"]], [v["wrong_per_request"]], color=colour, s=40,
-                   label=base if first else None)
-        ax.annotate(s, (v["kept_chars_per_request"], v["wrong_per_request"]), textcoords="offset points",
-                    xytext=(5, 4), fontsize=8)
+        xy = (v["kept_chars_per_request"], v["wrong_per_request"])
+        ax.scatter([xy[0]], [xy[1]], color=colour, s=40, label=base if first else None)
+        at.setdefault(xy, []).append(s)
+    for xy, names in at.items():
+        ax.annotate(", ".join(names), xy, textcoords="offset points", xytext=(5, 4), fontsize=8)
     ax.set_xlabel("characters kept a request (word by word; nothing shown counts 0)")
     ax.set_ylabel("wrong a request (shown, first line not the true line's rest)")
     ax.set_title("What the user keeps against what misleads them (up-left is worse, down-right better)")
-    ax.set_xlim(left=0)
-    ax.set_ylim(bottom=0)
+    ax.set_xlim(0, max(max(x for x, _ in at) * 1.3, 1.0))  # room for the names
+    ax.set_ylim(0, max(max(y for _, y in at) * 1.2, 0.05))
     ax.grid(alpha=0.3)
     ax.legend()
     fig.tight_layout()
