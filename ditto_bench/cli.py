@@ -7,19 +7,20 @@ writes results.json, report.md and PNG plots (report.py). A progress bar shows o
 Ctrl-C or --time-limit stop after the current task and keep everything done so far
 (marked partial). `--mode next-edit` is a benchmark of its own (nextedit.py, nextedit_harvest.py).
 
+This module holds the command line and the in-process run; left out on purpose: what a run records
+about itself and how it writes its results (runinfo.py), and the editor replay's step (replay_run.py).
 Top level stays light (no torch): the command line builds its parser on every call.
 """
 
 from __future__ import annotations
 
 import argparse
-import json
-import os
-import platform
 import shlex
 import sys
 import time
 from pathlib import Path
+
+from ditto_bench import replay_run, runinfo
 
 
 def configure(p: argparse.ArgumentParser) -> None:
@@ -35,7 +36,9 @@ def configure(p: argparse.ArgumentParser) -> None:
                    help="comma-separated; completion: off,ngram,oracle,hf-greedy,hf-prompt-lookup (default all; hf-* "
                         "only on --backend torch); "
                         "keystroke and session: off|ngram, each optionally -noreuse (default ngram,ngram-noreuse); "
-                        "session also: ditto, ditto-nodraft, ditto-whole (wholeFile on; each optionally @N: contextTokens N) and llama-server, "
+                        "session also: ditto, ditto-nodraft, ditto-whole (wholeFile on; each optionally @N: contextTokens N, "
+                        "~SOURCE: snippets, +MODEL, then #KEY=VALUE: any initialization option, e.g. ditto#show=sure) and "
+                        "llama-server, "
                         "real servers driven as editors drive them (the editor replay); "
                         "next-edit: propagate, rewrite, both (default propagate,rewrite)")
     p.add_argument("--since", default=None, help="only commits after this date (git log --since)")
@@ -87,76 +90,12 @@ def configure(p: argparse.ArgumentParser) -> None:
     add_decode_args(p)  # its --seed seeds the task sample here (bench decodes greedily)
 
 
-def _budget(total: int | None, mode: str = "completion"):
-    from lsp_server.completion.context import ContextBudget
-
-    if total is None:
-        if mode == "session":
-            from lsp_server.settings import Settings
-
-            # the server's default (fitted to the machine by each server: its `ditto/stats` says what it chose)
-            return ContextBudget.scaled(Settings.context_tokens or ContextBudget.DEFAULT_TOTAL)
-        total = 1024
-    if total < 64:
-        raise SystemExit("ditto-lsp: error: --context-tokens must be at least 64")
-    return ContextBudget(total=total, above=total // 2, below=total // 5, snippets=total // 4)
-
-
-def _versions() -> dict:
-    from importlib import metadata
-
-    out = {"python": platform.python_version()}
-    for pkg in ("torch", "transformers", "xllamacpp", "ditto-lsp"):
-        try:
-            out[pkg] = metadata.version(pkg)
-        except metadata.PackageNotFoundError:
-            out[pkg] = None
-    try:
-        import subprocess
-
-        out["ditto_commit"] = subprocess.run(["git", "-C", str(Path(__file__).resolve().parents[2]), "rev-parse",
-                                              "--short", "HEAD"], capture_output=True, text=True).stdout.strip() or None
-    except OSError:
-        out["ditto_commit"] = None
-    return out
-
-
-def _repo_commit(repo) -> str | None:
-    """HEAD of the replayed repository."""
-    import subprocess
-
-    try:
-        return subprocess.run(["git", "-C", str(repo), "rev-parse", "HEAD"], capture_output=True,
-                              text=True).stdout.strip() or None
-    except OSError:
-        return None
-
-
-def _machine(lm=None) -> dict:
-    """The machine; `lm` None: no model loaded in this process (the editor replay's servers hold them)."""
-    import torch
-
-    cpu = platform.processor() or platform.machine()
-    try:
-        for line in Path("/proc/cpuinfo").read_text().splitlines():
-            if line.startswith("model name"):
-                cpu = line.split(":", 1)[1].strip()
-                break
-    except OSError:
-        pass
-    device = lm.describe()["device"] if lm is not None else "cpu"
-    gpu = torch.cuda.get_device_name(device) if device.startswith("cuda") else None
-    cores = os.cpu_count()
-    return {"cpu": cpu, "cores": cores, "gpu": gpu, "platform": platform.platform(), "torch_threads": torch.get_num_threads(),
-            "backend_threads": lm.describe().get("threads", torch.get_num_threads()) if lm is not None else None,
-            "summary": f"{gpu or cpu}, {cores} cores"}
-
 
 def run(args) -> int:
     if args.mode == "next-edit":
         from ditto_bench.nextedit import run as run_next_edit
 
-        return run_next_edit(args, versions=_versions(), repo_commit=_repo_commit(args.repo))
+        return run_next_edit(args, versions=runinfo.versions(), repo_commit=runinfo.repo_commit(args.repo))
     from ditto_bench.harvest import HarvestError, HarvestOptions, harvest
     from ditto_bench.systems import parse_systems, replay_system
     from lsp_server.commands.options import decode_options, load_model
@@ -170,12 +109,12 @@ def run(args) -> int:
     replayed = [s for s in systems if replay_system(s) is not None]  # real servers (session mode only)
     systems = [s for s in systems if s not in replayed]
     if replayed:
-        _replay_cores(args)  # fail early on a bad --cores
+        replay_run.replay_cores(args)  # fail early on a bad --cores
     if args.max_tasks < 1:
         raise SystemExit("ditto-lsp: error: --max-tasks must be at least 1")
     if opts.temperature > 0:
         raise SystemExit("ditto-lsp: error: bench compares outputs token for token; it runs greedy only (--temperature 0)")
-    budget = _budget(args.context_tokens, args.mode)
+    budget = runinfo.budget(args.context_tokens, args.mode)
     started = time.time()
     print(f"harvesting tasks from {args.repo} ...", file=sys.stderr)
     session_mode = args.mode == "session"
@@ -202,7 +141,7 @@ def run(args) -> int:
         print(f"{len(h.tasks)} tasks ({h.candidates} candidates in {h.commits_scanned} commits; skipped {h.commits_skipped})",
               file=sys.stderr)
     if not systems:  # only the editor replay: the servers load the model, this process does not
-        return _run_replay_only(args, h, sessions, replayed, started)
+        return replay_run.run_replay_only(args, h, sessions, replayed, started)
     lm = load_model(args)
     if lm.describe()["backend"] != "torch":
         # hf-* run transformers' generate: they exist on the torch backend only.
@@ -212,7 +151,7 @@ def run(args) -> int:
                              f"{lm.describe()['backend']})")
         systems = [x for x in systems if not x.startswith("hf-")]
 
-    from ditto_bench import metrics, report
+    from ditto_bench import metrics
     from ditto_bench.runner import Bench
     from lsp_server.completion.build import build_completer
     from lsp_server.completion.completer import CompleterSettings
@@ -228,15 +167,15 @@ def run(args) -> int:
     pass_costs = completer.pass_costs
     priced = None
     if args.pass_costs is not None:
-        priced = _priced(args, completer)
+        priced = runinfo.priced(args, completer)
     bench = Bench(lm, completer, opts, lookup_tokens=args.lookup_tokens)
     meta = {
-        "mode": args.mode, "repo": str(Path(args.repo).resolve()), "repo_commit": _repo_commit(args.repo),
+        "mode": args.mode, "repo": str(Path(args.repo).resolve()), "repo_commit": runinfo.repo_commit(args.repo),
         "since": args.since, "seed": args.seed or 0,
         "languages": args.lang, "per_commit": args.per_commit, "systems": systems, "model": lm.name,
         "model_spec": lm.spec, "dtype": lm.describe()["dtype"], "device": lm.describe()["device"],
         "backend": lm.describe()["backend"],
-        "machine": _machine(lm), "versions": _versions(), "command": shlex.join(["ditto-lsp", *sys.argv[1:]]),
+        "machine": runinfo.machine(lm), "versions": runinfo.versions(), "command": shlex.join(["ditto-lsp", *sys.argv[1:]]),
         "max_tokens": opts.max_new_tokens, "draft_max": opts.draft_max, "adaptive": adaptive, "context_tokens": budget.total,
         "budget": {k: getattr(budget, k) for k in ("total", "above", "below", "snippets", "slack", "chunk_lines")},
         "max_keystrokes": args.max_keystrokes, "idle_prefill": not getattr(args, "no_idle_prefill", False), "time_budget_s": opts.time_budget_s,
@@ -314,7 +253,7 @@ def run(args) -> int:
     replay_records: list[dict] = []
     if replayed and not stopped.startswith("interrupted"):
         # The editor replay's systems after the in-process ones, on the sessions they finished.
-        replay_records, meta["replay"], r_done, r_partial, r_stopped = _replay(args, done_sessions, replayed, t_run)
+        replay_records, meta["replay"], r_done, r_partial, r_stopped = replay_run.run_replay(args, done_sessions, replayed, t_run)
         meta["systems"] = meta["systems"] + replayed
         if r_partial:
             partial, stopped = True, r_stopped
@@ -345,161 +284,8 @@ def run(args) -> int:
         mm = results["mismatches"]
         print(f"identical to off: {sum(1 for r in records if r.get('identical')) }/{len(records)} runs"
               + (f"; {len(mm)} mismatches (listed in report.md)" if mm else ""), file=sys.stderr)
-    return _write(args, results, stopped)
+    return runinfo.write_results(args, results, stopped)
 
-
-def _priced(args, completer) -> dict:
-    """--pass-costs: the policy prices drafts with another device's pass costs (and stops learning
-    them from this machine's passes); what meta["priced_with"] records."""
-    from ditto_bench.projection import fixed_costs, gpu_costs
-
-    if args.pass_rows < 2:
-        raise SystemExit("ditto-lsp: error: --pass-rows must be at least 2")
-    try:
-        gpu = gpu_costs(args.pass_costs)
-    except (OSError, ValueError) as err:
-        raise SystemExit(f"ditto-lsp: error: --pass-costs: {err}") from None
-    costs = fixed_costs(gpu, args.pass_rows) if gpu["curve"] != "given" else gpu["costs_ms"]
-    spec = completer.engine.use_costs(costs)
-    spec.learn = False  # this machine's pass times must not move a GPU's costs
-    print(f"pricing passes with {args.pass_costs} ({gpu.get('device') or 'given costs'}): "
-          f"{', '.join(f'T({n}) {ms:.2f} ms' for n, ms in costs.items())}", file=sys.stderr)
-    return {**gpu, "costs_ms": {str(n): ms for n, ms in costs.items()},
-            "measured_ms": {str(n): ms for n, ms in gpu["costs_ms"].items()},
-            "rows": args.pass_rows if gpu["curve"] != "given" else None}
-
-
-def _write(args, results: dict, stopped: str) -> int:
-    from ditto_bench import report
-
-    if args.out:
-        report.write(results, args.out)
-        print(f"wrote {args.out / 'results.json'}, {args.out / 'report.md'} and {len(results['plots'])} plots",
-              file=sys.stderr)
-        print(report.markdown(results).split("\n## Plots")[0])
-    else:
-        print(json.dumps({"meta": results["meta"], "summary": results["summary"]}, indent=1))
-    return 130 if stopped.startswith("interrupted") else 1 if stopped.startswith("error") else 0
-
-
-# -- the editor replay (replay.py) ---------------------------------------------------------------
-def _replay_cores(args) -> tuple[int, int]:
-    try:
-        a, b = (int(x) for x in args.cores.split(","))
-    except ValueError:
-        raise SystemExit(f"ditto-lsp: error: --cores takes two core numbers A,B (got {args.cores!r})") from None
-    n = os.cpu_count() or 1
-    if not (0 <= a < n and 0 <= b < n):
-        raise SystemExit(f"ditto-lsp: error: --cores {args.cores}: this machine has cores 0-{n - 1}")
-    return a, b
-
-
-def _replay(args, sessions: list, systems: list[str], t_run: float):
-    """Replay `sessions` on each system's real server, session by session (each system in turn).
-
-    Returns (records, meta, sessions done, partial, stopped)."""
-    import signal
-    import tempfile
-
-    from ditto_bench import metrics
-    from ditto_bench.replay import (
-        ANSWER_TIMEOUT_S,
-        CURSOR_NOTICE_S,
-        IDLE_WAIT_S,
-        LINE_PAUSE_S,
-        REST_S,
-        ReplayOptions,
-        make_drivers,
-        replay_session,
-        script,
-    )
-
-    cores = _replay_cores(args)
-    log_dir = (args.out / "logs") if args.out else Path(tempfile.mkdtemp(prefix="ditto-replay-"))
-    log_dir.mkdir(parents=True, exist_ok=True)
-    options = ReplayOptions(model=args.model, backend=args.backend, cores=cores, pause_scale=args.pause_scale,
-                            followup=args.peer_followup, answer_timeout_s=args.answer_timeout or ANSWER_TIMEOUT_S,
-                            log_dir=log_dir, baseline=args.baseline, check_continuations=args.check_continuations)
-    meta = {"systems": {}, "cores": {"ditto": cores[0], "llama-server": cores[1]}, "threads": 1,
-            "pause_scale": args.pause_scale,
-            "pauses_s": {"open_rest": args.open_rest, "rest": REST_S, "line": LINE_PAUSE_S, "cursor_notice": CURSOR_NOTICE_S, "idle_wait": IDLE_WAIT_S},
-            "followup": args.peer_followup, "answer_timeout_s": options.answer_timeout_s, "logs": str(log_dir),
-            "loadavg_start": [round(x, 2) for x in os.getloadavg()], "opened": []}
-    records: list[dict] = []
-    done: list = []
-    partial, stopped = False, ""
-
-    def _interrupt(signum, frame):
-        raise KeyboardInterrupt
-
-    previous = {sig: signal.signal(sig, _interrupt) for sig in (signal.SIGINT, signal.SIGTERM)}
-    drivers = []
-    try:
-        drivers = make_drivers(systems, options)
-        for d in drivers:
-            print(f"starting {d.system} ...", file=sys.stderr, flush=True)
-            d.start()
-            meta["systems"][d.system] = d.info
-        for i, session in enumerate(sessions):
-            if args.time_limit is not None and time.perf_counter() - t_run > args.time_limit:
-                partial, stopped = True, f"--time-limit {args.time_limit:g}s reached"
-                break
-            steps = script(session, open_rest=args.open_rest)
-            mine = []
-            for d in drivers:
-                run = replay_session(d, session, steps)
-                mine.extend(run.records)
-                meta["opened"].append({"session": session.id, "system": d.system, **run.opened})
-            records.extend(mine)
-            done.append(session)
-            s = metrics.summarise_replay(records, timeout_ms=options.answer_timeout_s * 1000)
-            info = "  ".join(f"{k} cold p50 {v['cold']['tts_ms_p50'] or 0:.0f}ms warm p50 {v['warm']['tts_ms_p50'] or 0:.0f}ms"
-                             for k, v in s.items())
-            print(f"[replay {i + 1}/{len(sessions)} {time.perf_counter() - t_run:.0f}s] {session.id}  {info}",
-                  file=sys.stderr, flush=True)
-    except KeyboardInterrupt:
-        partial, stopped = True, "interrupted (Ctrl-C)"
-        print(f"\ninterrupted: keeping {len(done)} finished sessions", file=sys.stderr)
-    except Exception as err:  # noqa: BLE001  (a server that died or failed: keep the sessions done)
-        import traceback
-
-        traceback.print_exc()
-        partial, stopped = True, f"error: {type(err).__name__}: {err}"
-        print(f"replay stopped by an error: keeping {len(done)} finished sessions (server logs in {log_dir})",
-              file=sys.stderr)
-    finally:
-        for d in drivers:
-            d.stop()
-        for sig, handler in previous.items():
-            signal.signal(sig, handler)
-    keep = {s.id for s in done}
-    records = [r for r in records if r["session"] in keep]
-    meta["loadavg_end"] = [round(x, 2) for x in os.getloadavg()]
-    return records, meta, done, partial, stopped
-
-
-def _run_replay_only(args, h, sessions: list, systems: list[str], started: float) -> int:
-    """Session mode with only the editor replay's systems: no model in this process."""
-    from ditto_bench import metrics
-
-    t_run = time.perf_counter()
-    records, replay_meta, done, partial, stopped = _replay(args, sessions, systems, t_run)
-    ditto = next((v for k, v in replay_meta["systems"].items() if k != "llama-server"), {})
-    meta = {
-        "mode": args.mode, "repo": str(Path(args.repo).resolve()), "repo_commit": _repo_commit(args.repo), "since": args.since,
-        "seed": args.seed or 0, "languages": args.lang, "per_commit": args.per_commit, "systems": systems,
-        "model": ditto.get("model") or args.model, "model_spec": args.model, "backend": ditto.get("backend") or args.backend,
-        "dtype": ditto.get("dtype"), "device": ditto.get("device") or "cpu", "machine": _machine(),
-        "versions": _versions(), "command": shlex.join(["ditto-lsp", *sys.argv[1:]]),
-        "context_tokens": None, "max_tokens": None, "draft_max": None,
-        "tasks_harvested": len(h.tasks), "candidates": h.candidates, "commits_scanned": h.commits_scanned,
-        "commits_skipped": h.commits_skipped, "note": args.note, "replay": replay_meta,
-        "tasks_run": sum(len(s.blocks) for s in done), "partial": partial, "stopped": stopped,
-        "wall_s": round(time.time() - started, 1), "sessions_run": len(done), "sessions": [s.public() for s in done],
-    }
-    results = {"meta": meta, "summary": metrics.summarise_replay(records, timeout_ms=args.answer_timeout * 1000),
-               "task_list": [t.public() for s in done for t in s.tasks], "tasks": records, "mismatches": []}
-    return _write(args, results, stopped)
 
 
 def _info(records: list[dict], mode: str) -> str:

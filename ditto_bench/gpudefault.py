@@ -31,8 +31,8 @@ from pathlib import Path
 
 import torch
 
-from ditto_bench.gpucheck import TINY_ARCH, Oracle, pass_costs, random_ids, sync
-from ditto_bench.hf import QWEN25_CODER_05B, random_model
+from ditto_bench.gpucheck_phases import Oracle, pass_costs, random_ids, sync
+from ditto_bench.hf import QWEN25_CODER_05B, TINY_ARCH, random_model
 from drafters import NGramDrafter
 from lsp_server.backends.torch.loading import choose_device, choose_dtype
 from lsp_server.backends.torch.options import pass_options

@@ -53,6 +53,10 @@ QWEN25_CODER_05B = dict(
     num_key_value_heads=2, max_position_embeddings=32768, rope_theta=1000000.0, rms_norm_eps=1e-6,
     tie_word_embeddings=True, hidden_act="silu", use_sliding_window=False, bos_token_id=151643, eos_token_id=151643,
 )
+# A 2-layer model of the same family (`--tiny`: the GPU check on CI).
+TINY_ARCH = dict(vocab_size=512, hidden_size=64, intermediate_size=128, num_hidden_layers=2, num_attention_heads=4,
+                 num_key_value_heads=2, max_position_embeddings=8192, rope_theta=10000.0, tie_word_embeddings=True,
+                 use_sliding_window=False)
 
 
 def random_model(config: dict, device: torch.device, dtype: torch.dtype, seed: int = 0, init_std: float = 0.02,

@@ -7,7 +7,8 @@ docs/benchmark.md): at least "task", "system", "copyable", "latency_ms", "decode
 "first_line_edit_similarity", and in keystroke mode "tts_ms", "prefill_tokens",
 "typethrough"; session mode adds "session", "event", "window_moved", "idle_prefill_tokens".
 The editor replay's records (replay.py; one per request, with "kind" cold/warm) are
-summarised by `summarise_replay`.
+summarised by `summarise_replay`. What one suggestion is worth (its record's quality fields) is
+defined in quality.py; here it is only counted.
 """
 
 from __future__ import annotations
@@ -30,45 +31,6 @@ def geomean(values: Iterable[float]) -> float | None:
     if not xs:
         return None
     return math.exp(sum(math.log(v) for v in xs) / len(xs))
-
-
-def levenshtein(a: str, b: str) -> int:
-    if len(a) < len(b):
-        a, b = b, a
-    prev = list(range(len(b) + 1))
-    for i, ca in enumerate(a, 1):
-        cur = [i]
-        for j, cb in enumerate(b, 1):
-            cur.append(min(prev[j] + 1, cur[j - 1] + 1, prev[j - 1] + (ca != cb)))
-        prev = cur
-    return prev[-1]
-
-
-def edit_similarity(a: str, b: str) -> float:
-    """1 - Levenshtein distance / length of the longer string (1.0 for two empty strings)."""
-    if not a and not b:
-        return 1.0
-    return 1.0 - levenshtein(a, b) / max(len(a), len(b))
-
-
-def normalise(text: str) -> str:
-    """Trailing whitespace of each line and trailing blank lines dropped."""
-    return "\n".join(l.rstrip() for l in text.rstrip().split("\n"))
-
-
-def first_line(text: str) -> str:
-    return normalise(text).split("\n")[0].strip()
-
-
-def quality(suggestion: str, truth: str) -> dict:
-    s, t = normalise(suggestion), normalise(truth)
-    return {
-        "exact_match": s == t,
-        "first_line_exact": first_line(suggestion) == first_line(truth),
-        "edit_similarity": round(edit_similarity(s, t), 4),
-        "first_line_edit_similarity": round(edit_similarity(first_line(suggestion), first_line(truth)), 4),
-        "empty": not suggestion,
-    }
 
 
 def _mean(xs: list) -> float | None:
@@ -125,6 +87,7 @@ def summarise_completion(records: list[dict], reference: str = "off") -> dict:
             "edit_similarity": _r(_mean([r["edit_similarity"] for r in rs])),
             "first_line_edit_similarity": _r(_mean([r["first_line_edit_similarity"] for r in rs])),
             "empty_share": _r(_mean([float(bool(r.get("empty"))) for r in rs])),
+            **keep_summary(rs),
             "speedup_median": _r(statistics.median(ratios) if ratios else None),
             "speedup_geomean": _r(geomean(ratios)),
             "decode_speedup_median": _r(statistics.median(dratios) if dratios else None),
@@ -375,7 +338,7 @@ REPLAY_KINDS = ("cold", "warm", "all")
 
 
 def quality_summary(rs: list[dict]) -> dict:
-    """Issue 25's quality figures over requests whose records carry replay.request_quality's
+    """Issue 25's quality figures over requests whose records carry quality.request_quality's
     fields: typed + first line = truth (count and rate), the suggestion's edit similarity to the
     rest of the block, the share of empty suggestions, and whole-word misfires among the
     requests where one can happen."""
@@ -390,6 +353,23 @@ def quality_summary(rs: list[dict]) -> dict:
         "misfires": misfires,
         "misfire_eligible": len(eligible),
         "misfire_share": _r(misfires / len(eligible)) if eligible else None,
+        **keep_summary(rs),
+    }
+
+
+def keep_summary(rs: list[dict]) -> dict:
+    """What the user keeps, over requests `rs` whose records carry quality.keep_quality's fields:
+    shown, kept and wrong (counts), wrong a request (wrong / requests: the headline) and characters
+    kept a request (averaged over every request, one with nothing shown counting 0). None where no
+    record carries them (a results.json written before they existed)."""
+    have = [r for r in rs if "shown" in r]
+    wrong = sum(1 for r in have if r["wrong"])
+    return {
+        "shown": sum(1 for r in have if r["shown"]) if have else None,
+        "kept": sum(1 for r in have if r["kept"]) if have else None,
+        "wrong": wrong if have else None,
+        "wrong_per_request": _r(wrong / len(have)) if have else None,
+        "kept_chars_per_request": _r(sum(r["kept_chars"] for r in have) / len(have), 3) if have else None,
     }
 
 
@@ -408,6 +388,8 @@ def _replay_group(rs: list[dict], timeout_ms: float) -> dict:
         "continuations_identical": sum(1 for c in checked if c.get("identical")),
         "continuations_empty": len(ran) - len(checked),
         "timeouts": sum(1 for r in rs if r.get("timeout")),
+        # answers the replay accepted (sent as one insert before the rest was typed: replay_script.accepted)
+        "acceptances": sum(1 for r in rs if r.get("acceptance_sent")),
         "tts_ms_p50": _r(percentile(tts, 50), 1),
         "tts_ms_p95": _r(percentile(tts, 95), 1),
         **quality_summary(rs),

@@ -10,10 +10,8 @@ events into the requests llama.vim sends: `buf_enter` (BufEnter/BufLeave chunk p
 `t_max_predict_ms` 250) and `render` (llama.vim's own filtering of `content`, which is
 the suggestion the user sees).
 
-`PeerServer` runs the server from the prebuilt `xllamacpp` wheel (it embeds llama-server)
-in its own process, pinned with `taskset -c CORE`, configured as llama.vim recommends
-(`--cache-reuse 256 -ub 1024 -b 1024`) with one thread; `python -m ditto_bench.peer
---model FILE.gguf` is that process (it prints `READY <url>` once /health answers).
+Its text rules (the local context, the cache keys, the rendering) are functions of a buffer in
+peer_text.py; the server it talks to is peer_server.py.
 
 Conventions: `pos_y` is 1-based (Vim's line('.')), `pos_x` 0-based (col('.') - 1). Vim
 counts bytes where this port counts characters (the same for ASCII source).
@@ -27,132 +25,25 @@ request a place gets, not the one after it.
 
 from __future__ import annotations
 
-import argparse
-import hashlib
 import http.client
 import json
-import os
 import random
-import re
-import subprocess
-import sys
-import threading
 import time
 import urllib.parse
-import urllib.request
-from dataclasses import dataclass, field
-from pathlib import Path
 
-# L65-96: s:default_config, the values that matter for FIM.
-DEFAULT_CONFIG = {
-    "n_prefix": 256,
-    "n_suffix": 64,
-    "n_predict": 128,
-    "stop_strings": [],
-    "t_max_prompt_ms": 500,  # sent, but the server does not implement it
-    "t_max_predict_ms": 1000,
-    "auto_fim": True,
-    "max_line_suffix": 8,
-    "max_cache_keys": 250,
-    "ring_n_chunks": 16,
-    "ring_chunk_size": 64,
-    "ring_scope": 1024,
-    "ring_update_ms": 1000,
-    "model_fim": "",
-    "api_key": "",
-}
-
-# L812-824: the fields llama.vim asks the server to return.
-RESPONSE_FIELDS = [
-    "content",
-    "timings/prompt_n",
-    "timings/prompt_ms",
-    "timings/prompt_per_token_ms",
-    "timings/prompt_per_second",
-    "timings/predicted_n",
-    "timings/predicted_ms",
-    "timings/predicted_per_token_ms",
-    "timings/predicted_per_second",
-    "truncated",
-    "tokens_cached",
-]
+from ditto_bench.peer_text import (
+    DEFAULT_CONFIG,
+    RESPONSE_FIELDS,
+    Buffer,
+    FimResult,
+    chunk_sim,
+    context_hash,
+    fim_ctx_local,
+    hashes,
+    render,
+)
 
 RING_IDLE_S = 3.0  # L531: in insert mode a ring tick sends only after the cursor rested this long
-
-_WS_LINE = re.compile(r"[ \t]*")  # Vim's '^\s*$' (\s is space or tab), used with fullmatch
-_LEAD_WS = re.compile(r"^[ \t]*")
-_NONWORD = re.compile(r"[^0-9A-Za-z_]+")  # Vim's \W
-
-
-def _sha256(s: str) -> str:
-    return hashlib.sha256(s.encode("utf-8")).hexdigest()
-
-
-def _blank(s: str) -> bool:
-    return _WS_LINE.fullmatch(s) is not None
-
-
-def chunk_sim(c0: list[str], c1: list[str]) -> float:
-    """L397-422: 2 * (tokens of c1 found in c0's set) / (tokens of c0 + tokens of c1)."""
-    t0 = [t for t in _NONWORD.split("\n".join(c0)) if t]
-    t1 = [t for t in _NONWORD.split("\n".join(c1)) if t]
-    if not t0 and not t1:
-        return 1.0
-    s0 = set(t0)
-    return 2.0 * sum(1 for t in t1 if t in s0) / (len(t0) + len(t1))
-
-
-class Buffer:
-    """A Vim buffer: name (expand('%')), lines, 1-based cursor line, modified flag."""
-
-    def __init__(self, name: str, text: str, cursor_y: int = 1, modified: bool = False):
-        self.name = name
-        self.set_text(text)
-        self.cursor_y = cursor_y
-        self.modified = modified
-
-    def set_text(self, text: str) -> None:
-        lines = text.split("\n")
-        if len(lines) > 1 and lines[-1] == "":
-            lines.pop()  # a trailing newline is not one more line in Vim
-        self.lines = lines
-
-    def getline(self, a: int, b: int | None = None):
-        """Vim's getline(a) -> str and getline(a, b) -> list (1-based, inclusive, clipped)."""
-        if b is None:
-            return self.lines[a - 1] if 1 <= a <= len(self.lines) else ""
-        a, b = max(a, 1), min(b, len(self.lines))
-        return self.lines[a - 1 : b] if a <= b else []
-
-    def line_count(self) -> int:  # line('$')
-        return len(self.lines)
-
-
-@dataclass
-class FimResult:
-    """One suggestion shown (or one request sent) and what the server said about it."""
-
-    content: str = ""  # the server's raw "content"
-    lines: list = field(default_factory=list)  # the rendered suggestion (s:fim_render), line_cur_suffix appended
-    line_cur_suffix: str = ""  # the text after the cursor that rendering appended to the last line
-    can_accept: bool = False
-    from_cache: bool = False  # shown from the client cache (s:fim_try_hint) before any answer
-    sent: bool = False  # shown from the answer to a request sent for this event
-    wall_ms: float = 0.0  # time to display: the cache lookup, or the request that produced it
-    timings: dict = field(default_factory=dict)  # prompt_n, prompt_ms, predicted_n, predicted_ms, ...
-    tokens_cached: int | None = None
-    tokens_evaluated: int | None = None  # the prompt's tokens (the context the model saw)
-    truncated: bool | None = None
-    stop_type: str | None = None
-    request: dict | None = None
-    sent_fim: "FimResult | None" = None  # the plain /infill request of this event, if one was sent
-    followup: tuple | None = None  # (pos_x, pos_y, content): the follow-up llama.vim launches after an answer
-
-    @property
-    def text(self) -> str:
-        """What accepting would insert at the cursor: the rendered lines without the appended line suffix."""
-        shown = "\n".join(self.lines)
-        return shown[: len(shown) - len(self.line_cur_suffix)] if self.line_cur_suffix else shown
 
 
 class LlamaVimClient:
@@ -302,31 +193,10 @@ class LlamaVimClient:
         self.cur.modified = modified
 
     # -- FIM ----------------------------------------------------------------------------------
+
     def fim_ctx_local(self, pos_x: int, pos_y: int, prev: list[str] | None) -> dict:
-        """L607-679: prefix (lines above), middle (the line up to the cursor), suffix, indent."""
-        b, cfg = self.cur, self.cfg
-        max_y = b.line_count()
-        if not prev:
-            line_cur = b.getline(pos_y)
-            line_cur_prefix, line_cur_suffix = line_cur[:pos_x], line_cur[pos_x:]
-            lines_prefix = b.getline(max(1, pos_y - cfg["n_prefix"]), pos_y - 1)
-            lines_suffix = b.getline(pos_y + 1, min(max_y, pos_y + cfg["n_suffix"]))
-            if _blank(line_cur):  # a line of blanks: start from the beginning of the line
-                indent, line_cur_prefix, line_cur_suffix = 0, "", ""
-            else:
-                indent = len(_LEAD_WS.match(line_cur).group(0))
-        else:  # as if the suggestion `prev` were accepted (the speculative follow-up)
-            line_cur = b.getline(pos_y) + prev[0] if len(prev) == 1 else prev[-1]
-            line_cur_prefix, line_cur_suffix = line_cur, ""
-            lines_prefix = b.getline(max(1, pos_y - cfg["n_prefix"] + len(prev) - 1), pos_y - 1)
-            if len(prev) > 1:
-                lines_prefix.append(b.getline(pos_y) + prev[0])
-                lines_prefix.extend(prev[1:-1])  # Vim's prev[1:-2] is inclusive
-            lines_suffix = b.getline(pos_y + 1, min(max_y, pos_y + cfg["n_suffix"]))
-            indent = self.indent_last
-        return {"prefix": "\n".join(lines_prefix) + "\n", "middle": line_cur_prefix,
-                "suffix": line_cur_suffix + "\n" + "\n".join(lines_suffix) + "\n", "indent": indent,
-                "line_cur": line_cur, "line_cur_prefix": line_cur_prefix, "line_cur_suffix": line_cur_suffix}
+        """L607-679 on the current buffer (peer_text.fim_ctx_local)."""
+        return fim_ctx_local(self.cur, self.cfg, pos_x, pos_y, prev, self.indent_last)
 
     def build_request(self, ctx: dict, t_max_predict_ms: int) -> dict:
         """L796-825 (after the ring eviction of L778-792)."""
@@ -353,16 +223,8 @@ class LlamaVimClient:
 
     @staticmethod
     def hashes(ctx: dict) -> list[str]:
-        """L751-763: the context's hash and those of the context with 1-3 first lines trimmed."""
-        prefix, middle, suffix = ctx["prefix"], ctx["middle"], ctx["suffix"]
-        out = [_sha256(prefix + middle + "Î" + suffix)]
-        trimmed = prefix
-        for _ in range(3):
-            trimmed = re.sub(r"^[^\n]*\n", "", trimmed, count=1)
-            if not trimmed:
-                break
-            out.append(_sha256(trimmed + middle + "Î" + suffix))
-        return out
+        """L751-763 (peer_text.hashes)."""
+        return hashes(ctx)
 
     def fim(self, pos_x: int, pos_y: int, is_auto: bool, prev: list[str] | None, use_cache: bool) -> FimResult | None:
         """llama#fim (L701-891); None when nothing is sent (line suffix too long, or the context is cached)."""
@@ -414,14 +276,14 @@ class LlamaVimClient:
         """
         ctx = self.fim_ctx_local(pos_x, pos_y, None)
         prefix, middle, suffix = ctx["prefix"], ctx["middle"], ctx["suffix"]
-        raw = self._cache_get(_sha256(prefix + middle + "Î" + suffix))
+        raw = self._cache_get(context_hash(prefix + middle, suffix))
         if raw is None:
             pm = prefix + middle
             best = 0
             for i in range(128):
                 removed = pm[-(1 + i) :]
                 keep = len(pm) - (1 + i)
-                cached = self._cache_get(_sha256((pm[:keep] if keep > 0 else "") + "Î" + suffix))
+                cached = self._cache_get(context_hash(pm[:keep] if keep > 0 else "", suffix))
                 if not cached:
                     continue
                 r = json.loads(cached)
@@ -437,45 +299,9 @@ class LlamaVimClient:
         return None if raw is None else self.render(pos_x, pos_y, raw)
 
     def render(self, pos_x: int, pos_y: int, raw: str) -> FimResult:
-        """The suggestion filtering of s:fim_render (L1020-1153); sets fim_hint_shown and fim_data."""
-        b = self.cur
-        resp = json.loads(raw)
-        content = resp.get("content", "").split("\n")
-        while content and content[-1] == "":  # trailing new lines
-            content.pop()
-        can_accept = True
-        if not content:
-            content, can_accept = [""], False
-        line_cur = b.getline(pos_y)
-        if _blank(line_cur):  # a line of blanks: trim as much of the suggestion's leading blanks
-            lead = min(len(_LEAD_WS.match(content[0]).group(0)), len(line_cur))
-            line_cur, content[0] = content[0][:lead], content[0][lead:]
-        line_cur_prefix, line_cur_suffix = line_cur[:pos_x], line_cur[pos_x:]
-        # Suggestions that repeat existing text are dropped.
-        if len(content) > 1 and content[0] == "" and content[1:] == b.getline(pos_y + 1, pos_y + len(content) - 1):
-            content = [""]
-        if len(content) == 1 and content[0] == line_cur_suffix:
-            content = [""]
-        cmp_y = pos_y + 1  # the first non-blank line below
-        while cmp_y < b.line_count() and _blank(b.getline(cmp_y)):
-            cmp_y += 1
-        if line_cur_prefix + content[0] == b.getline(cmp_y):
-            if len(content) == 1:
-                content = [""]
-            if len(content) == 2 and content[-1] == b.getline(cmp_y + 1)[: len(content[-1])]:
-                content = [""]
-            if len(content) > 2 and "\n".join(content[1:]) == "\n".join(b.getline(cmp_y + 1, cmp_y + len(content) - 1)):
-                content = [""]
-        content[-1] += line_cur_suffix
-        if _blank("\n".join(content)):  # only blanks: shown, not acceptable
-            can_accept = False
+        """s:fim_render (L1020-1153) on the current buffer (peer_text.render); sets fim_hint_shown and fim_data."""
+        res, self.fim_data = render(self.cur, pos_x, pos_y, raw)
         self.fim_hint_shown = True
-        self.fim_data = {"pos_x": pos_x, "pos_y": pos_y, "line_cur": line_cur, "can_accept": can_accept,
-                         "content": content}
-        res = FimResult(content=resp.get("content", ""), lines=content, line_cur_suffix=line_cur_suffix,
-                        can_accept=can_accept)
-        res.timings = {k.split("/", 1)[1]: v for k, v in resp.items() if k.startswith("timings/")}
-        res.tokens_cached, res.stop_type = resp.get("tokens_cached"), resp.get("stop_type")
         return res
 
     # -- one editor event ---------------------------------------------------------------------
@@ -522,127 +348,3 @@ class LlamaVimClient:
     def send_followup(self, pos_x: int, pos_y: int, content: list) -> FimResult | None:
         """llama.vim's speculative FIM (L1012-1015): the context as if `content` were accepted."""
         return self.fim(pos_x, pos_y, True, content, True)
-
-
-# -- the server ------------------------------------------------------------------------------
-def start_server(model_path: str, port: int = 0, n_ctx: int = 32768, n_threads: int = 1, n_batch: int = 1024,
-                 n_cache_reuse: int = 256, verbosity: int | None = None):
-    """llama-server in this process (xllamacpp), as llama.vim recommends (`--cache-reuse 256 -ub 1024
-    -b 1024`); speculative decoding is off (its default). Returns (server, base_url); the server
-    stops when `server` is freed."""
-    import xllamacpp
-
-    p = xllamacpp.CommonParams()
-    p.model.path = str(model_path)
-    p.n_ctx = n_ctx
-    if port:
-        p.port = port
-    p.cpuparams.n_threads = n_threads
-    p.cpuparams_batch.n_threads = n_threads
-    p.n_cache_reuse = n_cache_reuse
-    p.n_batch = n_batch
-    p.n_ubatch = n_batch
-    if verbosity is not None:
-        p.verbosity = verbosity
-    server = xllamacpp.Server(p)
-    return server, server.listening_address.rstrip("/")
-
-
-def _wait_health(url: str, timeout: float) -> None:
-    deadline = time.monotonic() + timeout
-    while True:
-        try:
-            urllib.request.urlopen(url + "/health", timeout=5).read()
-            return
-        except OSError:
-            if time.monotonic() > deadline:
-                raise TimeoutError(f"{url}/health did not answer in {timeout} s") from None
-            time.sleep(0.1)
-
-
-class PeerServer:
-    """`python -m ditto_bench.peer` in its own process, pinned with `taskset -c core`."""
-
-    def __init__(self, gguf: str | Path, core: int | None = None, n_ctx: int = 32768, threads: int = 1,
-                 batch: int = 1024, cache_reuse: int = 256, log_path: str | Path | None = None):
-        self.gguf = Path(gguf)
-        self.core = core
-        self.args = ["--ctx", str(n_ctx), "--threads", str(threads), "--batch", str(batch),
-                     "--cache-reuse", str(cache_reuse)]
-        self.log_path = Path(log_path) if log_path else None
-        self.proc: subprocess.Popen | None = None
-        self.url: str | None = None
-
-    @property
-    def command(self) -> list[str]:
-        cmd = [sys.executable, "-m", "ditto_bench.peer", "--model", str(self.gguf), *self.args, "--stdin-eof"]
-        return (["taskset", "-c", str(self.core)] if self.core is not None else []) + cmd
-
-    def start(self, timeout: float = 300.0) -> str:
-        """Start it; returns its base URL once the model is loaded and /health answers."""
-        err = open(self.log_path, "ab") if self.log_path else subprocess.DEVNULL
-        try:
-            self.proc = subprocess.Popen(self.command, stdin=subprocess.PIPE, stdout=subprocess.PIPE, stderr=err,
-                                         text=True, env={**os.environ, "OMP_NUM_THREADS": "1"})
-        finally:
-            if err is not subprocess.DEVNULL:
-                err.close()
-        ready: list[str] = []
-        reader = threading.Thread(target=lambda: ready.append(self.proc.stdout.readline()), daemon=True)
-        reader.start()
-        reader.join(timeout)
-        line = ready[0] if ready else ""
-        if not line.startswith("READY "):
-            self.stop()
-            raise RuntimeError(f"llama-server did not start ({self.gguf}): {self.log_tail()}")
-        self.url = line.split()[1]
-        return self.url
-
-    def stop(self) -> None:
-        if self.proc is None or self.proc.poll() is not None:
-            return
-        self.proc.terminate()
-        try:
-            self.proc.wait(30)
-        except subprocess.TimeoutExpired:
-            self.proc.kill()
-            self.proc.wait(10)
-
-    def log_tail(self, n: int = 800) -> str:
-        try:
-            return self.log_path.read_text(errors="replace")[-n:] if self.log_path else ""
-        except OSError:
-            return ""
-
-
-def main(argv: list[str] | None = None) -> int:
-    """The server process: start llama-server, print `READY <url>`, serve until SIGTERM (or stdin closes)."""
-    import signal
-
-    ap = argparse.ArgumentParser(prog="python -m ditto_bench.peer", description=main.__doc__)
-    ap.add_argument("--model", required=True, help="GGUF file")
-    ap.add_argument("--port", type=int, default=0)
-    ap.add_argument("--ctx", type=int, default=32768, help="n_ctx (llama.vim: --ctx-size 0, the model's 32768)")
-    ap.add_argument("--threads", type=int, default=1)
-    ap.add_argument("--batch", type=int, default=1024, help="n_batch = n_ubatch (llama.vim: -b 1024 -ub 1024)")
-    ap.add_argument("--cache-reuse", type=int, default=256)
-    ap.add_argument("--verbosity", type=int, default=None)
-    ap.add_argument("--stdin-eof", action="store_true", help="also stop when stdin closes (the parent went away)")
-    a = ap.parse_args(argv)
-    stop = threading.Event()
-    signal.signal(signal.SIGTERM, lambda *_: stop.set())
-    signal.signal(signal.SIGINT, lambda *_: stop.set())
-    server, url = start_server(a.model, port=a.port, n_ctx=a.ctx, n_threads=a.threads, n_batch=a.batch,
-                               n_cache_reuse=a.cache_reuse, verbosity=a.verbosity)
-    _wait_health(url, 600)
-    print(f"READY {url}", flush=True)
-    if a.stdin_eof:
-        threading.Thread(target=lambda: (sys.stdin.read(), stop.set()), daemon=True).start()
-    while not stop.wait(0.5):
-        pass
-    del server
-    return 0
-
-
-if __name__ == "__main__":
-    sys.exit(main())

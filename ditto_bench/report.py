@@ -1,7 +1,8 @@
 """results.json -> report.md (tables) and PNG plots (matplotlib, Agg backend).
 
 Reads only the dict written to results.json, so a report can be rebuilt from a saved run:
-`python -m ditto_bench.report DIR`.
+`python -m ditto_bench.report DIR`. What the user keeps (the headline table, its cells beside each
+mode's quality columns, kept_vs_wrong.png) is report_keep.py's.
 """
 
 from __future__ import annotations
@@ -9,6 +10,8 @@ from __future__ import annotations
 import json
 import sys
 from pathlib import Path
+
+from ditto_bench.report_keep import KEEP_HEAD, KEEP_NOTE, keep_cells, keep_plot, keep_table
 
 
 def _f(x, nd=2, suffix=""):
@@ -23,21 +26,22 @@ def _pct(x):
     return "–" if x is None else f"{100 * x:.1f}%"
 
 
-QUALITY_HEAD = "typed + 1st line = truth | edit sim | empty | whole-word misfires"
+QUALITY_HEAD = "typed + 1st line = truth | edit sim | empty | whole-word misfires | " + KEEP_HEAD
 
 
 def _quality_cells(q: dict | None, n: int) -> str:
     """The cells under QUALITY_HEAD from metrics.quality_summary's figures over n requests."""
     if not q:
-        return " | ".join(["–"] * 4)
+        return " | ".join(["–"] * 9)
     return (f"{q['first_line_exact']}/{n} ({_pct(q['first_line_exact_rate'])}) | {_f(q['edit_similarity_mean'], 3)} | "
-            f"{_pct(q['empty_share'])} | {q['misfires']}/{q['misfire_eligible']} ({_pct(q['misfire_share'])})")
+            f"{_pct(q['empty_share'])} | {q['misfires']}/{q['misfire_eligible']} ({_pct(q['misfire_share'])}) | "
+            + keep_cells(q, n))
 
 
 def completion_table(summary: dict) -> str:
     head = ("| system | tasks | latency p50 ms | latency p95 ms | decode p50 ms | tokens/s | passes/token | "
             "acceptance | identical | exact block | exact 1st line | edit sim | empty | speedup median | speedup geomean | "
-            "decode speedup geomean |")
+            f"decode speedup geomean | {KEEP_HEAD} |")
     rows = [head, "|" + "---|" * (head.count("|") - 1)]
     for s, v in summary.items():
         rows.append(f"| {s} | {v['tasks']} | {_f(v['latency_ms_p50'], 0)} | {_f(v['latency_ms_p95'], 0)} | "
@@ -45,7 +49,7 @@ def completion_table(summary: dict) -> str:
                     f"{_pct(v['acceptance_rate'])} | {_pct(v['identical_rate'])} | {_pct(v['exact_match'])} | "
                     f"{_pct(v['first_line_exact'])} | {_f(v['edit_similarity'], 3)} | {_pct(v.get('empty_share'))} | "
                     f"{_f(v['speedup_median'], 3)} | "
-                    f"{_f(v['speedup_geomean'], 3)} | {_f(v['decode_speedup_geomean'], 3)} |")
+                    f"{_f(v['speedup_geomean'], 3)} | {_f(v['decode_speedup_geomean'], 3)} | {keep_cells(v, v['tasks'])} |")
     return "\n".join(rows)
 
 
@@ -107,7 +111,7 @@ def _drafting_lines(results: dict, summary: dict) -> list[str]:
     if priced:
         out += [f"Passes were priced with the pass costs of {priced.get('device') or priced.get('source')} "
                 f"({priced.get('source')}" + (f", its fixed shape of {priced['rows']} rows" if priced.get("rows") else "")
-                + f"): the adaptive policy chose draft and tree sizes as it would there; this machine's own "
+                + "): the adaptive policy chose draft and tree sizes as it would there; this machine's own "
                 "pass costs were not used.", ""]
         from ditto_bench.projection import gpu_costs, project
 
@@ -267,6 +271,9 @@ def markdown(results: dict) -> str:
         out.append(f"- note: {meta['note']}")
     out.append("")
     summary = results["summary"]
+    headline = keep_table(summary)
+    if headline:
+        out += ["## What the user keeps", "", headline, "", KEEP_NOTE, ""]
     replayed = {s: v for s, v in summary.items() if "cold" in v}  # the editor replay's systems (replay.py)
     summary = {s: v for s, v in summary.items() if s not in replayed}
     if replayed:
@@ -350,6 +357,8 @@ def plots(results: dict, out: Path) -> list[str]:
         fig.savefig(out / "replay.png", dpi=110)
         plt.close(fig)
         made.append("replay.png")
+    if keep_plot(results["summary"], out):
+        made.append("kept_vs_wrong.png")
     if key == "tts_ms":
         return made
     ref = {r["task"]: r["latency_ms"] for r in tasks if r["system"] == "off"}

@@ -16,8 +16,7 @@ from __future__ import annotations
 from dataclasses import replace
 from typing import Callable, Iterator
 
-from ditto_bench import metrics
-from ditto_bench.replay import typed_quality
+from ditto_bench.quality import completion_quality, typed_quality
 from ditto_bench.systems import DITTO, fixed_k, generated_ids, run_ditto, run_hf
 
 
@@ -119,7 +118,7 @@ class Bench:
                 rec["identical"] = same_output(run, ref_run)
                 if s != "off" and not rec["identical"]:
                     rec["reference_text"] = ref_run.text
-                rec.update(metrics.quality(run.text, task.truth))
+                rec.update(completion_quality(run.text, task.truth))
                 records.append(rec)
         finally:
             self.completer.engine.forget(key)

@@ -30,12 +30,14 @@ Keystroke mode: one request per typed character through the same Completer path 
 server uses, with the document's cache key (KV reuse); a ``-noreuse`` suffix runs the
 same system without a cache key. Session mode (session.py) takes the same systems, and
 the editor-replay systems of replay.py: ``ditto``, ``ditto-nodraft``, ``ditto-whole`` (the
-whole_file setting on; each optionally ``@N``, a context budget of N tokens) and ``llama-server``, real servers in their own
-processes (`replay_system` parses their names).
+whole_file setting on; each optionally ``@N``, a context budget of N tokens, and ``#KEY=VALUE``, any
+initialization option) and ``llama-server``, real servers in their own processes (`replay_system`
+and `name_options` parse their names).
 """
 
 from __future__ import annotations
 
+import json
 import re
 import time
 from dataclasses import dataclass
@@ -53,9 +55,14 @@ REPLAY_PEER = "llama-server"  # llama.cpp's own server, driven as llama.vim driv
 def replay_system(name: str) -> tuple[str, int | None] | None:
     """(base, context tokens) of an editor-replay system name, else None:
     ``ditto``, ``ditto-nodraft``, ``ditto-whole`` (the whole_file setting on), any with ``@N`` (contextTokens N), ``~SOURCE`` (the snippets
-    setting: heads, similar or none; `replay_snippets`) and ``+MODEL`` (another model spec than the
-    bench's --model, e.g. ``ditto@512~similar+qwen2.5-coder-1.5b``), ``ditto-base`` (the server of
+    setting: heads, similar or none; `replay_snippets`), ``+MODEL`` (another model spec than the
+    bench's --model, e.g. ``ditto@512~similar+qwen2.5-coder-1.5b``) and last any number of ``#KEY=VALUE``
+    (one initialization option each, `name_options`: ``ditto#show=sure``), ``ditto-base`` (the server of
     another checkout, `--baseline DIR`, at its own defaults) and ``llama-server``."""
+    options = name_options(name)
+    name = name.split("#", 1)[0]
+    if options is None or (options and name in (REPLAY_PEER, "ditto-base")):
+        return None
     m = _REPLAY.fullmatch(name)
     if m is not None and ("+" in name or m.group(3)) and m.group(1) in (REPLAY_PEER, "ditto-base"):
         return None
@@ -69,8 +76,28 @@ _REPLAY = re.compile(r"(ditto|ditto-nodraft|ditto-whole|ditto-base|llama-server)
 
 def replay_snippets(name: str) -> str | None:
     """The snippets setting a replay system's ``~SOURCE`` names, or None (the server's default)."""
-    m = _REPLAY.fullmatch(name)
+    m = _REPLAY.fullmatch(name.split("#", 1)[0])
     return m.group(3) if m is not None else None
+
+
+_OPTION = re.compile(r"([A-Za-z_][\w.]*)=([^#,]*)")
+
+
+def name_options(name: str) -> dict | None:
+    """The initialization options a replay system's ``#KEY=VALUE`` suffixes set, in order (VALUE as
+    JSON where it parses, `true`, `512`, `"x"`, else the string itself: ``#show=sure``); {} where
+    there are none, None where one is not KEY=VALUE. A value holds no `#` and no comma (--systems
+    is split at commas)."""
+    out: dict = {}
+    for part in name.split("#")[1:]:
+        m = _OPTION.fullmatch(part)
+        if m is None:
+            return None
+        try:
+            out[m.group(1)] = json.loads(m.group(2))
+        except ValueError:
+            out[m.group(1)] = m.group(2)
+    return out
 
 
 def parse_systems(spec: str, mode: str) -> list[str]:
@@ -88,7 +115,8 @@ def parse_systems(spec: str, mode: str) -> list[str]:
                 continue
             if n.removesuffix("-noreuse") not in KEYSTROKE_BASE:
                 raise ValueError(f"unknown {mode}-mode system {n!r}: use off, ngram, each optionally with -noreuse"
-                                 + ("; or ditto, ditto-nodraft, ditto-whole (optionally @N: a context budget of N tokens), "
+                                 + ("; or ditto, ditto-nodraft, ditto-whole (optionally @N: a context budget of N tokens, "
+                                    "~SOURCE, +MODEL, then #KEY=VALUE: an initialization option), "
                                     "ditto-base (with --baseline DIR), llama-server (real servers, replay.py)"
                                     if mode == "session" else ""))
         return list(dict.fromkeys(names))

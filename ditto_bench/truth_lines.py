@@ -18,7 +18,7 @@ from __future__ import annotations
 import argparse
 from collections import Counter
 
-from ditto_bench.replay import Ask, Open, script
+from ditto_bench.replay_script import Ask, Open, script
 
 NEAR_LINES = 20  # about what the default 256-token prompt holds above the cursor (docs/perf/README.md)
 

@@ -7,7 +7,7 @@ import math
 
 import pytest
 
-from ditto_bench import metrics, report
+from ditto_bench import metrics, quality, report
 
 
 def rec(task, system, latency, decode, generated=10, passes=10, drafted=0, accepted=0, identical=True, text="x = 1",
@@ -16,7 +16,7 @@ def rec(task, system, latency, decode, generated=10, passes=10, drafted=0, accep
          "prefill_ms": latency - decode, "decode_ms": decode, "generated": generated, "target_passes": passes,
          "drafted": drafted, "accepted": accepted, "drafted_at": list(drafted_at), "accepted_at": list(accepted_at),
          "identical": identical, "text": text}
-    r.update(metrics.quality(text, "x = 1"))
+    r.update(quality.completion_quality(text, "x = 1"))
     return r
 
 
@@ -73,11 +73,11 @@ def test_percentile_geomean_and_similarity():
     assert metrics.percentile([], 50) is None
     assert metrics.percentile(range(1, 101), 95) == pytest.approx(95.05)
     assert metrics.geomean([1, 4]) == pytest.approx(2.0)
-    assert metrics.levenshtein("kitten", "sitting") == 3
-    assert metrics.edit_similarity("abc", "abc") == 1.0
-    assert metrics.edit_similarity("", "") == 1.0
-    assert metrics.edit_similarity("abcd", "abxd") == 0.75
-    q = metrics.quality("foo(a)  \nbar()\n\n", "foo(a)\nbaz()")
+    assert quality.levenshtein("kitten", "sitting") == 3
+    assert quality.edit_similarity("abc", "abc") == 1.0
+    assert quality.edit_similarity("", "") == 1.0
+    assert quality.edit_similarity("abcd", "abxd") == 0.75
+    q = quality.completion_quality("foo(a)  \nbar()\n\n", "foo(a)\nbaz()")
     assert q["first_line_exact"] is True and q["exact_match"] is False
     assert q["edit_similarity"] == pytest.approx(1 - 1 / 12, abs=1e-4)
 
@@ -98,12 +98,13 @@ def test_keystroke_summary():
 
 
 def test_typed_quality_reads_the_typed_part_of_the_line_the_true_line_and_the_rest_of_the_block():
-    from ditto_bench.replay import typed_quality
+    from ditto_bench.quality import typed_quality
 
     truth = "if ok:\n    return é_value\n"
     # One letter typed: a suggestion that completes the word is right; one that starts anew misfires.
     q = typed_quality(truth, 1, "f ok:\n    return é_value")
-    assert q == {"first_line_exact": True, "edit_similarity": 1.0, "empty": False, "misfire": False}
+    assert q == {"first_line_exact": True, "edit_similarity": 1.0, "empty": False, "misfire": False,
+                 "shown": True, "kept": True, "wrong": False, "kept_chars": 24}
     q = typed_quality(truth, 1, " = 0")
     assert q["first_line_exact"] is False and q["misfire"] is True and q["edit_similarity"] < 0.5
     # On the second line after its indentation (7 + 4 characters typed): the typed part is the

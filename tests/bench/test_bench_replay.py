@@ -17,8 +17,11 @@ import pytest
 
 from ditto_bench import metrics, report
 from ditto_bench.harvest import Task
-from ditto_bench.peer import Buffer, LlamaVimClient, chunk_sim
-from ditto_bench.replay import Ask, DittoDriver, Edit, Open, ReplayOptions, first_line_exact, misfire, script
+from ditto_bench.peer import LlamaVimClient
+from ditto_bench.peer_text import Buffer, chunk_sim
+from ditto_bench.quality import first_line_exact, misfire
+from ditto_bench.replay_ditto import DittoDriver
+from ditto_bench.replay_script import Ask, Edit, Open, ReplayOptions, script
 from ditto_bench.session import Block, Session, build_sessions
 from ditto_bench.systems import parse_systems, replay_system
 
@@ -151,18 +154,39 @@ def test_replay_system_names():
     assert replay_system("ditto-base@512") is None and replay_system("llama-server+default") is None
     assert replay_system("ditto@320~similar+qwen2.5-coder-1.5b") == ("ditto", 320)  # a snippets source
     assert replay_system("llama-server~similar") is None and replay_system("ditto~nearby") is None
-    from ditto_bench.replay import replay_model
+    from ditto_bench.replay_ditto import replay_model
 
     assert replay_model("ditto@512+qwen2.5-coder-1.5b", "default") == "qwen2.5-coder-1.5b"
     assert replay_model("ditto@512", "default") == "default"
     assert parse_systems("ngram,ditto,llama-server", "session") == ["ngram", "ditto", "llama-server"]
     with pytest.raises(ValueError):
         parse_systems("ditto", "keystroke")
-    from ditto_bench.replay import ditto_options
+    from ditto_bench.replay_ditto import ditto_options
 
     assert ditto_options("ditto") == {}
     assert ditto_options("ditto-nodraft@512") == {"drafter": "none", "contextTokens": 512}
     assert ditto_options("ditto~similar") == {"snippets": "similar"}
+
+
+def test_a_hash_suffix_passes_any_initialization_option():
+    from ditto_bench.replay_ditto import ditto_options, log_name, replay_model
+    from ditto_bench.systems import name_options
+
+    assert replay_system("ditto#show=sure") == ("ditto", None)
+    assert ditto_options("ditto#show=sure") == {"show": "sure"}
+    # with the other suffixes; VALUE as JSON where it parses; the last word on a key wins
+    name = "ditto-nodraft@512~similar+qwen2.5-coder-1.5b#show=surest#wholeFile=true#maxTokens=16#drafter=ngram"
+    assert replay_system(name) == ("ditto-nodraft", 512) and replay_model(name, "default") == "qwen2.5-coder-1.5b"
+    assert ditto_options(name) == {"drafter": "ngram", "contextTokens": 512, "snippets": "similar", "show": "surest",
+                                   "wholeFile": True, "maxTokens": 16}
+    assert name_options('ditto#note="a b"#x=[1]') == {"note": "a b", "x": [1]}
+    assert replay_model("ditto#model=a+b", "default") == "default"  # a `+` in a value names no model
+    for bad in ("ditto#show", "ditto#=1", "ditto#1x=2", "ditto#", "llama-server#show=sure", "ditto-base#show=sure"):
+        assert replay_system(bad) is None, bad
+    # several settings of one system side by side in one run, each its own system
+    assert parse_systems("ditto#show=all,ditto#show=sure,ditto#show=surest,llama-server", "session") == [
+        "ditto#show=all", "ditto#show=sure", "ditto#show=surest", "llama-server"]
+    assert log_name('ditto+a/b#note="x"') == "ditto+a_b#note=_x_.log"
 
 
 # -- llama.vim's requests ------------------------------------------------------------------------
@@ -423,17 +447,26 @@ def test_replay_beside_in_process_systems(repo, tmp_path, monkeypatch):
 
     monkeypatch.setenv("DITTO_CACHE_DIR", str(tmp_path / "cache"))
     out = tmp_path / "out"
-    rc = main(["bench", "--repo", str(repo), "--mode", "session", "--systems", "off,ditto-nodraft@256", "--model",
+    systems = ["off", "ditto-nodraft@256", "ditto-nodraft@256#show=sure"]  # two settings of one system, side by side
+    rc = main(["bench", "--repo", str(repo), "--mode", "session", "--systems", ",".join(systems), "--model",
                "tiny-random", "--max-tasks", "2", "--max-tokens", "4", "--max-keystrokes", "2", "--pause-scale", "0.01",
                "--cores", _cores(), "--out", str(out)])
     assert rc == 0
     res = json.loads((out / "results.json").read_text())
-    assert list(res["summary"]) == ["off", "ditto-nodraft@256"] and res["meta"]["systems"] == ["off", "ditto-nodraft@256"]
+    assert list(res["summary"]) == systems and res["meta"]["systems"] == systems
     assert res["summary"]["off"]["requests"] > 0 and res["summary"]["ditto-nodraft@256"]["cold"]["n"] == 2
-    info = res["meta"]["replay"]["systems"]["ditto-nodraft@256"]
-    assert info["initializationOptions"] == {"drafter": "none", "contextTokens": 256}
+    assert res["summary"]["ditto-nodraft@256#show=sure"]["cold"]["n"] == 2
+    info = res["meta"]["replay"]["systems"]
+    assert info["ditto-nodraft@256"]["initializationOptions"] == {"drafter": "none", "contextTokens": 256}
+    assert info["ditto-nodraft@256#show=sure"]["initializationOptions"] == {"drafter": "none", "contextTokens": 256,
+                                                                           "show": "sure"}
+    assert info["ditto-nodraft@256#show=sure"]["name_options"] == {"show": "sure"}
+    for s in systems:  # what the user keeps, for every system, in the summary and the report's headline
+        g = res["summary"][s] if s == "off" else res["summary"][s]["all"]
+        assert (g["quality"] if s == "off" else g)["wrong_per_request"] is not None
+    assert "kept_vs_wrong.png" in res["plots"]
     md = (out / "report.md").read_text()
-    assert "## Session replay" in md and "## Editor replay" in md
+    assert "## Session replay" in md and "## Editor replay" in md and "## What the user keeps" in md
 
 
 @pytest.mark.model

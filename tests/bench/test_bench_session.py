@@ -95,8 +95,8 @@ def lm():
 
 def test_an_events_keystroke_count_is_where_the_cursor_stands_in_the_block(repo):
     """The quality of an in-process session request is read from truth[:keystroke]
-    (replay.typed_quality): that must be the text before the cursor on its line."""
-    from ditto_bench.replay import typed_quality
+    (quality.typed_quality): that must be the text before the cursor on its line."""
+    from ditto_bench.quality import typed_quality
 
     (s,) = sessions_of(repo)
     n = 0

@@ -10,7 +10,8 @@ from pathlib import Path
 
 import pytest
 
-from ditto_bench.gpucheck import DEFAULT_REPLAY, compact, decision, project, replay_record
+from ditto_bench.gpucheck import DEFAULT_REPLAY
+from ditto_bench.gpucheck_report import compact, decision, project, replay_record
 
 ROOT = Path(__file__).resolve().parents[2]
 

@@ -32,7 +32,7 @@ from drafters import NGramDrafter
 from drafters.model_drafter import HybridDrafter, ModelDrafter
 from drafters.probs import filtered_probs
 from drafters.speculation import Speculation
-from ditto_bench.cli import _budget
+from ditto_bench.runinfo import budget
 from lsp_server.completion.context import ContextBudget, build_prompt
 from lsp_server.decoding.types import DecodeOptions
 from lsp_server.decoding.engine import Engine
@@ -44,7 +44,7 @@ pytestmark = [pytest.mark.model, pytest.mark.usefixtures("one_thread")]
 ROOT = Path(__file__).resolve().parents[2]
 FILES = ["lsp_server/decoding/engine.py", "drafters/ngram.py", "lsp_server/lsp/server.py", "lsp_server/completion/completer.py"]
 NEW_TOKENS = 12
-SHORT = _budget(384)  # the benchmark's completion-mode budget at --context-tokens 384
+SHORT = budget(384)  # the benchmark's completion-mode budget at --context-tokens 384
 # Pass costs as this CPU measures them (ms, T(1) = one token); injected, so the adaptive
 # choice is the same on every run and the test does not depend on the machine's load.
 COSTS = {1: 300.0, 2: 480.0, 3: 600.0, 4: 700.0, 6: 800.0, 9: 900.0}
