@@ -9,6 +9,7 @@ survive and the token appended after them.
 - sampling, draft model with distribution q: accept with min(1, p(d)/q(d)); on rejection sample
   from norm(max(p - q, 0)).
 Temperature, top-k and top-p are applied to p first (drafters/probs.py, the one filter).
+`sureness` reads from the same rows how sure the model was of the tokens they decided.
 Left out on purpose: passes, caches, the loop (engine.py).
 """
 
@@ -59,3 +60,11 @@ def accept(logits: torch.Tensor, proposal: Proposal, opts: DecodeOptions,
     # Every draft accepted: one bonus token from the target's next distribution.
     return len(draft), int(torch.multinomial(p[len(draft)], 1, generator=gen))
 
+def sureness(logits: torch.Tensor, new: list[int]) -> list[tuple[float, float]]:
+    """(probability, lead over the runner-up) of each of `new` under the rows that decided it (row i
+    decided new[i]: the accepted drafts, then the appended token). Read only: the output does not depend
+    on it (docs/design.md, "What to show")."""
+    p = torch.softmax(logits[: len(new)].float(), dim=-1)
+    top = p.topk(2, dim=-1).values
+    chosen = p[torch.arange(len(new)), torch.tensor(new, device=p.device)]
+    return list(zip(chosen.tolist(), (top[:, 0] - top[:, 1]).tolist()))

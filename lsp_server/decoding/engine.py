@@ -33,15 +33,15 @@ import threading
 import time
 from collections import OrderedDict
 from contextlib import contextmanager
-from dataclasses import dataclass
 from typing import Callable, Sequence
 
 import torch
 
 from drafters.base import Drafter, Proposal
 from drafters.speculation import Speculation, measure_pass_costs
-from lsp_server.decoding.accept import accept
+from lsp_server.decoding.accept import accept, sureness
 from lsp_server.decoding.healing import Healing
+from lsp_server.decoding.state import KV, Call, Loop, completion
 from lsp_server.decoding.tree import fit, parents_of, verify_tree
 from lsp_server.decoding.types import (
     Cancelled,
@@ -55,44 +55,6 @@ from lsp_server.decoding.types import (
 )
 
 
-@dataclass
-class _Loop:
-    """A decode loop's state between passes: what `resume` needs to go on exactly where it paused."""
-
-    seq: list[int]  # prompt + generated tokens; the cache holds all but the last
-    out: list[int]  # generated tokens
-    stats: Stats
-    rounds: list[Round]
-    opts: DecodeOptions
-    drafter: Drafter | None
-    stop: StopRule | None
-    gen: torch.Generator | None  # the sampling generator: its stream goes on where it stopped
-    on_round: Callable | None
-    spec: Speculation | None
-    scorer: object | None
-    constraint: Healing | None
-    rest: bytes | None  # healed bytes still to write
-    start: int  # the cache held seq[:start] when decoding began (a near-tie replays from there)
-    plain_until: int = 0
-    decoded_s: float = 0.0  # decoding time spent so far (the time budget counts it, not pauses)
-
-
-@dataclass
-class _Call:
-    """One call into the engine (generate, resume, warm): what its passes are for."""
-
-    stats: Stats
-    cancel: threading.Event | None
-    ctx: RequestContext | None
-
-
-@dataclass
-class _KV:
-    ids: list[int]  # the tokens the cache holds, in order
-    cache: object
-    loop: _Loop | None = None  # a generation paused on this cache, resumable until the cache is taken
-
-
 class Engine:
     def __init__(self, lm, max_cached_docs: int = 8, max_cached_tokens: int = 32768, hooks: PassHooks | None = None):
         self.lm = lm
@@ -101,9 +63,9 @@ class Engine:
         self.speculation: Speculation | None = None  # set by calibrate()
         self.max_cached_docs = max_cached_docs
         self.max_cached_tokens = max_cached_tokens
-        self._kv: OrderedDict[str, _KV] = OrderedDict()
+        self._kv: OrderedDict[str, KV] = OrderedDict()
         self._lock = threading.Lock()  # one generation at a time
-        self.active: _KV | None = None  # the sequence being decoded (for tests and traces)
+        self.active: KV | None = None  # the sequence being decoded (for tests and traces)
 
     # -- KV store -----------------------------------------------------------------------
     def cached_tokens(self) -> int:
@@ -148,12 +110,12 @@ class Engine:
             self.speculation.set_costs(costs)
         return self.speculation
 
-    def _take_state(self, key: str | None) -> _KV:
+    def _take_state(self, key: str | None) -> KV:
         if key is not None and key in self._kv:
             state = self._kv.pop(key)
             state.loop = None  # another prompt will use this cache: a paused generation cannot resume
             return state
-        return _KV([], self.lm.new_cache())
+        return KV([], self.lm.new_cache())
 
     def paused(self, key: str) -> bool:
         """Whether a generation paused (or was cancelled) on `key`'s cache and can `resume`."""
@@ -168,9 +130,9 @@ class Engine:
     def adopt(self, key: str, ids: list[int], cache) -> None:
         """Make `cache` (holding `ids`) the cache of `key`, in place of its own (prefix.py `seed`)."""
         self.forget(key)
-        self._put_state(key, _KV(list(ids), cache))
+        self._put_state(key, KV(list(ids), cache))
 
-    def _put_state(self, key: str | None, state: _KV) -> None:
+    def _put_state(self, key: str | None, state: KV) -> None:
         if key is None or self.max_cached_docs <= 0:
             self.lm.release(state.cache)
             return
@@ -180,7 +142,7 @@ class Engine:
             self.lm.release(self._kv.popitem(last=False)[1].cache)
 
     @contextmanager
-    def _holding(self, key: str | None, state: _KV):
+    def _holding(self, key: str | None, state: KV):
         """Run the body on `state`, taken from the store for `key`, and put it back after, as far as it
         got. A failed pass may leave the cache half-written: then it is released and never reused."""
         self.active = state
@@ -197,7 +159,7 @@ class Engine:
             elif state.cache is not None:
                 self.lm.release(state.cache)
 
-    def _forward(self, call: _Call, ids: Sequence[int], cache, last: int) -> torch.Tensor:
+    def _forward(self, call: Call, ids: Sequence[int], cache, last: int) -> torch.Tensor:
         """One model pass, counted as stale when begun after the call's `cancel` was set, between the hooks."""
         if call.cancel is not None and call.cancel.is_set():
             call.stats.stale_passes += 1
@@ -210,7 +172,7 @@ class Engine:
         return logits
 
     # -- phases -------------------------------------------------------------------------
-    def prefill(self, state: _KV, prompt: Sequence[int], opts: DecodeOptions, stats: Stats,
+    def prefill(self, state: KV, prompt: Sequence[int], opts: DecodeOptions, stats: Stats,
                 cancel: threading.Event | None, ctx: RequestContext | None = None) -> None:
         """Make `state` hold prompt[:-1]: keep the common prefix, run the rest in chunks.
 
@@ -229,7 +191,7 @@ class Engine:
         stats.reused_tokens = keep
         # Chunks end at multiples of `step` (absolute positions); where the backend cuts passes on
         # whole blocks, step is a multiple of the block, so a chunk finished before a cancel stays reusable.
-        call = _Call(stats, cancel, ctx)
+        call = Call(stats, cancel, ctx)
         step = max(1, opts.prefill_chunk)
         block = self.lm.block
         if block:
@@ -284,7 +246,7 @@ class Engine:
             proposal.tokens = proposal.tokens[:k]
         return proposal
 
-    def verify(self, state: _KV, seq: list[int], draft: list[int], call: _Call) -> torch.Tensor:
+    def verify(self, state: KV, seq: list[int], draft: list[int], call: Call) -> torch.Tensor:
         """One target pass over [seq[-1]] + draft; returns logits [k + 1, V]."""
         logits = self._forward(call, [seq[-1], *draft], state.cache, last=len(draft) + 1)
         state.ids.append(seq[-1])
@@ -343,14 +305,14 @@ class Engine:
                 # Learning (pass costs, acceptance) only where the policy chooses: not for a fixed k.
                 spec = self.speculation if opts.adaptive else None
                 scorer = spec.scorer(drafter.name) if spec is not None and drafter is not None else None
-                loop = _Loop(seq, out, stats, rounds, opts, drafter, stop, gen, on_round, spec, scorer, constraint,
+                loop = Loop(seq, out, stats, rounds, opts, drafter, stop, gen, on_round, spec, scorer, constraint,
                              constraint.start() if constraint is not None else None, len(seq) - 1)
                 if not stats.stop_reason:
-                    self._run(state, loop, _Call(stats, cancel, ctx), pause)
+                    self._run(state, loop, Call(stats, cancel, ctx), pause)
         stats.tokens = len(out)
         stats.wall_ms = (time.perf_counter() - t0) * 1000
         stats.decode_ms = stats.wall_ms - stats.prefill_ms
-        return Completion(list(out), stats, rounds)
+        return completion(loop)
 
     def resume(self, cache_key: str, *, pause: Callable[[list[int]], bool] | None = None,
                cancel: threading.Event | None = None, ctx: RequestContext | None = None) -> Completion | None:
@@ -367,15 +329,15 @@ class Engine:
             loop, state.loop = state.loop, None
             with self._holding(cache_key, state):
                 loop.stats.stop_reason = ""
-                self._run(state, loop, _Call(loop.stats, cancel, ctx), pause)
+                self._run(state, loop, Call(loop.stats, cancel, ctx), pause)
         stats = loop.stats
         stats.tokens = len(loop.out)
         spent = (time.perf_counter() - t0) * 1000
         stats.wall_ms += spent
         stats.decode_ms += spent
-        return Completion(list(loop.out), stats, loop.rounds)
+        return completion(loop)
 
-    def _run(self, state: _KV, loop: _Loop, call: _Call, pause) -> None:
+    def _run(self, state: KV, loop: Loop, call: Call, pause) -> None:
         """Decode until the loop ends or pauses; a paused or cancelled loop stays on `state` to resume."""
         t = time.perf_counter()
         loop.stats.stop_reason = self._decode(state, loop, call, pause, t - loop.decoded_s)
@@ -385,7 +347,7 @@ class Engine:
         elif loop.scorer is not None:
             loop.scorer.settle(loop.seq, final=True)
 
-    def _decode(self, state: _KV, loop: _Loop, call: _Call, pause, t_decode: float) -> str:
+    def _decode(self, state: KV, loop: Loop, call: Call, pause, t_decode: float) -> str:
         """The propose/verify loop. `spec` (the policy, when adaptive) chooses how much of each
         proposal to verify and learns from every timed pass; `scorer` scores offered drafts.
         `t_decode`: when decoding began (the time budget counts from it, not from prefill or pauses)."""
@@ -476,6 +438,7 @@ class Engine:
                         proposal.healed, rows - 1 if tree is not None else 0)
             rounds.append(rnd)
             new = [*draft[:n_acc], token]
+            loop.sure.extend(sureness(logits, new))
             if rest is not None:
                 loop.rest = constraint.advance(rest, new)
             seq.extend(new)
@@ -496,3 +459,4 @@ class Engine:
                     return "stop-rule"
             if pause is not None and pause(out):
                 return "paused"
+

@@ -95,6 +95,12 @@ class Completion:
     tokens: list[int]
     stats: Stats
     rounds: list[Round]
+    # Per token of `tokens`: the model's probability of it, and its lead over the runner-up (the top
+    # probability less the second). Read from the rows that decided the tokens, never used to decide
+    # them: what lsp_server/completion/show.py cuts a suggestion by. Empty where the model runs
+    # elsewhere (a remote engine).
+    probs: list[float] = field(default_factory=list)
+    margins: list[float] = field(default_factory=list)
 
 
 @dataclass(frozen=True)

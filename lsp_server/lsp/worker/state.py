@@ -275,7 +275,19 @@ def trace_of(snap: Snapshot, sug, completer) -> dict:
         "whole_file": sug.prompt.whole,  # the whole file above the place (lsp_server/completion/wholefile.py)
         "rounds": legacy_rounds(data["rounds"], lm.decode),
         "trace": data,
+        # How sure the model was of each token it wrote (lsp_server/completion/show.py decides on it):
+        # [text the token added, probability, lead over the runner-up], in order.
+        "sure": sure_pieces(sug.completion, lm.decode),
     }
+
+
+def sure_pieces(completion, decode: Callable[[list[int]], str]) -> list[list]:
+    tokens, out, before = completion.tokens, [], ""
+    for i, (p, m) in enumerate(zip(completion.probs, completion.margins)):
+        text = decode(tokens[: i + 1])
+        out.append([text[len(before):] if text.startswith(before) else text, round(p, 4), round(m, 4)])
+        before = text
+    return out
 
 
 def legacy_rounds(rounds: list[dict], decode: Callable[[list[int]], str]) -> list[dict]:
