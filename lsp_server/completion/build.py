@@ -24,7 +24,8 @@ import torch
 
 from lsp_server.backends.loader import load
 from lsp_server.backends.packaged import cache_dir
-from lsp_server.completion.completer import Completer, CompleterSettings
+from lsp_server.completion.completer import Completer
+from lsp_server.completion.settings import CompleterSettings
 from lsp_server.completion.fitting import (  # noqa: F401  (re-exported: the budget's rule lives there)
     BUDGET_GRAIN, BUDGET_MAX, BUDGET_MIN, COLD_GOAL_MS, COLD_SHARE, FIRST_LINE_TOKENS, fitting_budget)
 from lsp_server.decoding.engine import Engine

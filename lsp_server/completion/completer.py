@@ -24,7 +24,7 @@ from __future__ import annotations
 
 import threading
 import time
-from dataclasses import dataclass, field, replace
+from dataclasses import replace
 from typing import Callable
 
 from drafters.suffix import SuffixDrafter
@@ -36,26 +36,13 @@ from lsp_server.completion.files import FileState, FileStates
 from lsp_server.completion.fitting import Fit
 from lsp_server.completion.local import EngineGenerator
 from lsp_server.completion.place import Place, Suggestion
+from lsp_server.completion.settings import CompleterSettings
 from lsp_server.completion.wholefile import WholeFile, next_fill, whole_prompt
 from lsp_server.decoding.engine import Engine
 from lsp_server.decoding.healing import Healing, VocabBytes
 from lsp_server.decoding.types import DecodeOptions, Generated, RequestContext, Stats  # noqa: F401  (Generated: re-exported)
 
 MAX_INDEXED_CHARS = 262144  # of one buffer, for the drafter: its head and tail (whole lines) past this
-
-
-@dataclass
-class CompleterSettings:
-    drafter: str = "ngram"  # one of drafters.registry.DRAFTERS
-    draft_model: str = "qwen2.5-coder-0.5b"  # model spec of the model / hybrid drafters
-    history_tokens: int = 4096  # accepted completions kept in the n-gram index (oldest dropped)
-    multiline: bool = True  # ghost text may span lines (until the block ends)
-    type_through: bool = True  # typing the start of the shown suggestion answers with its rest at once
-    # The prompt budget; None: the one that fits this machine (build.py `fitting_budget`), with
-    # snippets of the other open buffers from `snippets` (ContextBudget.SOURCES).
-    budget: ContextBudget | None = field(default_factory=ContextBudget.default)
-    snippets: str = "heads"
-    whole_file: bool = False  # the whole file above the place once its prefix KV is filled (wholefile.py)
 
 
 class Completer:
