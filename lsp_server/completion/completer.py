@@ -35,7 +35,7 @@ from lsp_server.completion.context import ContextBudget, Prompt, Window, build_p
 from lsp_server.completion.files import FileState, FileStates
 from lsp_server.completion.fitting import Fit
 from lsp_server.completion.local import EngineGenerator
-from lsp_server.completion.place import Place, Suggestion
+from lsp_server.completion.place import Place, Places, Suggestion, around_cursor
 from lsp_server.completion.settings import CompleterSettings
 from lsp_server.completion.wholefile import WholeFile, next_fill, whole_prompt
 from lsp_server.decoding.engine import Engine
@@ -73,13 +73,18 @@ class Completer:
                                    wanted=self.index_wanted)
         self.files = FileStates()  # per-file state of callers that name files by key (files.py)
         self.whole = WholeFile()  # the whole-file prompt's rules (wholefile.py)
-        self.continued = 0  # generations resumed after their deadline (idle work or a request)
         self._history: list[list[int]] = []  # accepted completions, oldest first
         self._draft_models: dict[str, object] = {}  # spec -> LoadedModel (loaded once)
         self._drafters: dict[tuple[str, str], object] = {}  # (drafter name, draft-model spec) -> drafter, built once
         self._drafting = (self.settings.drafter, DecodeOptions())  # the last request's drafter and options
         # The budget fitted to this machine (settings.budget None) and what it was fitted to (build.py).
         self.fit = Fit(ContextBudget.DEFAULT_TOTAL)  # the budget fitted to this machine (fitting.py)
+        self.places = Places(generator, lm.decode)  # a place's life after its first answer (place.py)
+
+    @property
+    def continued(self) -> int:
+        """Generations resumed after their deadline (idle work or a request; place.py)."""
+        return self.places.continued
 
     @property
     def budget(self) -> ContextBudget:
@@ -143,16 +148,9 @@ class Completer:
         return not opts.adaptive or spec is None or spec.can_pay(opts.draft_max)
 
     # -- per-file state (files.py): prompt windows (context.py) and places ---------------------
-    def _file(self, file: FileState | None, key: str | None) -> FileState | None:
-        """The per-file state a call uses: the caller's (the server's document session owns one per
-        document), else the one this Completer keeps for `key` (None without either)."""
-        if file is not None:
-            return file
-        return None if key is None else self.files.get(key)
-
     def window(self, key: str | None) -> Window | None:
         """The prompt-window state of the file named `key` (created on first use); None for no key."""
-        state = self._file(None, key)
+        state = self.files.of(None, key)
         return None if state is None else state.window
 
     def forget_window(self, key: str) -> None:
@@ -235,7 +233,7 @@ class Completer:
         if others is None:
             others = [(n, t) for n, t in self._buffers.items() if n != name]
         heal = "token" if self.generator.constrains else "blanks"
-        state = self._file(file, name or cache_key)
+        state = self.files.of(file, name or cache_key)
         s = settings or self.settings
         if state is not None and s.whole_file and self.generator.resumable:
             # What the KV may lack: at most half the window's lines above, so a place costs no more than the window.
@@ -293,9 +291,10 @@ class Completer:
         t0 = time.perf_counter()
         opts = options or DecodeOptions()
         s = settings or self.settings
-        state = self._file(file, cache_key)
+        state = self.files.of(file, cache_key)
         if cache_key is not None and s.type_through:
-            hit = self._from_place(text, line, col, cache_key, state, opts, cancel, ctx)
+            hit = self.places.from_place(text, line, col, cache_key, state.place if state is not None else None, opts,
+                                         cancel, ctx)
             if hit is not None:
                 hit.latency_ms = (time.perf_counter() - t0) * 1000
                 return hit
@@ -311,7 +310,7 @@ class Completer:
         shown_prompt = replace(prompt, typed=typed, after=after)
         heal = prompt.healed
         constraint = Healing(self.vocab_bytes(), heal.encode("utf-8")) if heal and self.generator.constrains else None
-        before, after_cursor = _cut(text, line, col)
+        before, after_cursor = around_cursor(text, line, col)
         place = Place(before, after_cursor, shown_prompt, heal, s.multiline,
                       drafter_name if d is not None else ("none" if self.generator.drafts else "remote"), self.lm.decode)
         deadline = (opts.first_answer_s is not None and opts.greedy and cache_key is not None
@@ -343,7 +342,7 @@ class Completer:
         that the request is answered from it (llama.vim's "speculative FIM", here for the place the
         user is at). Greedy with a deadline only: the generation pauses at its first complete line
         (the deadline's rule) or as soon as `hold` is set (a request or a newer aim came), and a
-        request at the same place resumes it (`_from_place`), so what it shows is what it would
+        request at the same place resumes it (place.py `Places.from_place`), so what it shows is what it would
         have generated itself. Only where the cache holds that prompt (idle prefill warmed it): a
         prefill is not stopped by `hold`, and idle prefill aimed at the top of a document warms
         the file's head instead (`warm`), which the prompt of line 1 would evict. True when a
@@ -362,7 +361,7 @@ class Completer:
     # -- the whole file above the place (wholefile.py) ----------------------------------------------
     def _seed(self, prompt: Prompt, file: FileState | None, key: str | None, cache_key: str | None) -> None:
         """A whole-file prompt: start the cache of `cache_key` from a copy of the file's prefix KV."""
-        state = self._file(file, key)
+        state = self.files.of(file, key)
         if prompt.whole and cache_key is not None and state is not None:
             self.generator.seed(cache_key, state.prefix.kv, prompt.ids)
 
@@ -371,112 +370,31 @@ class Completer:
              ctx: RequestContext | None = None) -> Stats | None:
         """Fill the prefix KV of the file (idle work; wholefile.py `next_fill`), in chunks a set `cancel`
         stops; None where there is nothing to fill (no engine, no FIM, filled already)."""
-        state = self._file(file, key or name)
+        state = self.files.of(file, key or name)
         ids = next_fill(self.lm, self.whole, state.prefix, state.window, text, line, name) \
             if state is not None and self.lm.fim is not None and self.generator.resumable else None
         return None if ids is None else self.generator.fill(state.prefix.kv, ids, cancel=cancel, chunk=chunk, ctx=ctx)
 
-    # -- places: one generation answered in pieces (a deadline, its continuation, type-through) ------
+    # -- places: one generation answered in pieces (a deadline, its continuation, type-through; place.py) --
     def place(self, key: str | None, file: FileState | None = None) -> Place | None:
         """The last generation answered for `key` (in `file`, when given), or None."""
-        state = file if file is not None else (self.files.peek(key) if key is not None else None)
-        return None if state is None else state.place
+        return self.files.place(key, file)
 
     def pending(self, key: str, file: FileState | None = None) -> bool:
-        """Whether the generation answered for `key` paused at its deadline and can be finished."""
-        place = self.place(key, file)
-        return place is not None and not place.finished and self.generator.paused(key)
+        return self.places.pending(key, self.place(key, file))
 
     def place_fits(self, key: str, text: str, line: int, col: int, file: FileState | None = None) -> bool:
-        """Whether the suggestion at `key` could serve a request at (line, col) of `text` (the text
-        after the cursor unchanged, the text typed since is the suggestion's start)."""
-        place = self.place(key, file)
-        if place is None:
-            return False
-        before, after = _cut(text, line, col)
-        return after == place.after and before.startswith(place.before) and \
-            place.text.startswith(before[len(place.before):])
+        return self.places.place_fits(self.place(key, file), text, line, col)
 
     def continue_place(self, key: str, cancel: threading.Event | None = None, file: FileState | None = None,
                        ctx: RequestContext | None = None) -> bool:
-        """Finish the paused generation of `key` (idle work); True when it ran. Cancelled, it stays
-        paused: a later call or the next request there goes on from where it stopped."""
-        if not self.pending(key, file):
-            return False
-        place = self.place(key, file)
-        completion = self.generator.resume(key, cancel=cancel, ctx=ctx)
-        if completion is None:
-            return False
-        place.update(self.lm.decode(completion.tokens), completion)
-        self.continued += 1
-        return True
+        return self.places.continue_place(key, self.place(key, file), cancel=cancel, ctx=ctx)
 
     def check_place(self, key: str, file: FileState | None = None) -> dict | None:
-        """Test hook (the server's `ditto/debug/checkPlace`; the editor replay's check that a deadline
-        and its continuation give one uninterrupted generation): finish the generation answered for
-        `key`, generate its prompt again without a deadline or time limit, and compare the tokens.
-        None when no generation there paused at a deadline. A generation cut short before it wrote
-        anything is no evidence either way: "identical" is None then, not True."""
-        place = self.place(key, file)
-        if place is None or place.again is None or not place.pauses:
-            return None
-        while self.pending(key, file):
-            completion = self.generator.resume(key)
-            if completion is None:
-                break
-            place.update(self.lm.decode(completion.tokens), completion)
-        pieces = place.completion
-        whole = place.again()
-        got, want = list(pieces.tokens), list(whole.tokens)
-        cut = pieces.stats.stop_reason in ("time", "cancelled", "interrupted")  # ended early: a prefix is enough
-        same = got == want or (cut and want[: len(got)] == got)
-        if cut and not got and want:
-            same = None  # cut short with nothing written: the check compared nothing
-        place.again = None  # checked once
-        return {"identical": same, "tokens": len(got), "uninterrupted_tokens": len(want), "pauses": place.pauses,
-                "stop_reason": pieces.stats.stop_reason}
-
-    def _from_place(self, text: str, line: int, col: int, key: str, state: FileState | None, opts: DecodeOptions,
-                    cancel: threading.Event | None, ctx: RequestContext | None) -> Suggestion | None:
-        """The rest of the suggestion at `key` when the user typed its beginning, else None.
-
-        Served only when the text after the cursor is unchanged and the text before it is
-        the old text plus the typed characters, so a suggestion is never served for other
-        surrounding text. A sampled suggestion is not re-served (a new request must draw).
-        When the rest is not generated yet the paused generation resumes to the next
-        complete line (the deadline applies again)."""
-        place = state.place if state is not None else None
-        if place is None or not opts.greedy:
-            return None
-        before, after = _cut(text, line, col)
-        if after != place.after or len(before) < len(place.before) or not before.startswith(place.before):
-            return None
-        if len(before) == len(place.before) and not place.ahead:
-            return None  # asked again where it was shown: a new generation (the user may have dismissed it)
-        typed = before[len(place.before) :]
-        if not place.text.startswith(typed):
-            return None
-        if len(typed) >= len(place.text) or not place.complete_after(len(typed)):
-            if not self.pending(key, state):
-                return None if len(typed) >= len(place.text) else place.answer(len(typed), 0.0, typethrough=True)
-            completion = self.generator.resume(key, cancel=cancel, pause=place.pause_rule(len(typed), opts.first_answer_s),
-                                               ctx=ctx)
-            if completion is None:
-                return None
-            place.update(self.lm.decode(completion.tokens), completion)
-            self.continued += 1
-            if not place.text.startswith(typed) or len(typed) >= len(place.text):
-                return None
-            return place.answer(len(typed), 0.0, resumed=True)
-        return place.answer(len(typed), 0.0, typethrough=True)
+        return self.places.check_place(key, self.place(key, file))
 
 
 def _or_held(pause: Callable[[list[int]], bool], hold: threading.Event) -> Callable[[list[int]], bool]:
     """`pause`, or pause at once when `hold` is set (a generation made ahead yields to a request)."""
     return lambda out: hold.is_set() or pause(out)
 
-
-def _cut(text: str, line: int, col: int) -> tuple[str, str]:
-    """The document split at 0-based (line, col): (text before the cursor, text after it)."""
-    above, typed, after, below = split_at(text, line, col)
-    return above + typed, after + below
