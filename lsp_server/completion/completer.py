@@ -27,10 +27,9 @@ import time
 from dataclasses import replace
 from typing import Callable
 
-from drafters.suffix import SuffixDrafter
-from drafters.registry import DraftContext, make_drafter
 from lsp_server.backends.base import GeneratingModel, Generator
-from lsp_server.completion.buffers import HISTORY, OpenBuffers  # noqa: F401  (HISTORY: the source's name)
+from lsp_server.completion.buffers import HISTORY  # noqa: F401  (the source's name)
+from lsp_server.completion.drafting import Drafters
 from lsp_server.completion.context import ContextBudget, Prompt, Window, build_prompt, split_at
 from lsp_server.completion.files import FileState, FileStates
 from lsp_server.completion.fitting import Fit
@@ -41,8 +40,6 @@ from lsp_server.completion.wholefile import WholeFile, next_fill, whole_prompt
 from lsp_server.decoding.engine import Engine
 from lsp_server.decoding.healing import Healing, VocabBytes
 from lsp_server.decoding.types import DecodeOptions, Generated, RequestContext, Stats  # noqa: F401  (Generated: re-exported)
-
-MAX_INDEXED_CHARS = 262144  # of one buffer, for the drafter: its head and tail (whole lines) past this
 
 
 class Completer:
@@ -60,23 +57,14 @@ class Completer:
         self.generator = generator
         self.engine = generator.engine  # None when the model runs elsewhere
         self.settings = settings or CompleterSettings()  # the defaults; a call may bring the request's own
-        # load_model(spec, device=, dtype=, backend=) -> a loaded model: how draft models are loaded.
-        self._load_model = load_model
         self._vocab_bytes: VocabBytes | None = None
         self.pass_costs: dict[int, float] | None = None  # T(n) in ms, when measured or read at build (build.py)
-        # The tokenizer's text functions let the lookup heal a token the cursor split
-        # (drafters/ngram.py); a model without them drafts by ids only.
-        self.ngram = SuffixDrafter(token_text=lm.token_text, encode=lm.encode)  # the `ngram` drafter (drafters/suffix.py)
         self._buffers: dict[str, str] = {}
-        # The open buffers' tokens and the drafter's index of them (lsp_server/completion/buffers.py).
-        self.buffers = OpenBuffers(lm.encode, self.ngram, enabled=generator.drafts, max_chars=MAX_INDEXED_CHARS,
-                                   wanted=self.index_wanted)
+        # The drafters, draft models and the open buffers' index (drafting.py); load_model(spec, device=,
+        # dtype=, backend=) -> a loaded model: how draft models are loaded.
+        self.drafters = Drafters(lm, generator, lambda: self.settings, load_model)
         self.files = FileStates()  # per-file state of callers that name files by key (files.py)
         self.whole = WholeFile()  # the whole-file prompt's rules (wholefile.py)
-        self._history: list[list[int]] = []  # accepted completions, oldest first
-        self._draft_models: dict[str, object] = {}  # spec -> LoadedModel (loaded once)
-        self._drafters: dict[tuple[str, str], object] = {}  # (drafter name, draft-model spec) -> drafter, built once
-        self._drafting = (self.settings.drafter, DecodeOptions())  # the last request's drafter and options
         # The budget fitted to this machine (settings.budget None) and what it was fitted to (build.py).
         self.fit = Fit(ContextBudget.DEFAULT_TOTAL)  # the budget fitted to this machine (fitting.py)
         self.places = Places(generator, lm.decode)  # a place's life after its first answer (place.py)
@@ -85,6 +73,20 @@ class Completer:
     def continued(self) -> int:
         """Generations resumed after their deadline (idle work or a request; place.py)."""
         return self.places.continued
+
+    @property
+    def ngram(self):
+        """The `ngram` drafter over the open buffers (drafters/suffix.py; drafting.py)."""
+        return self.drafters.ngram
+
+    @property
+    def buffers(self):
+        """The open buffers' tokens and the drafter's index of them (buffers.py; drafting.py)."""
+        return self.drafters.buffers
+
+    @property
+    def _draft_models(self) -> dict:
+        return self.drafters.models  # (tests plant a draft model here)
 
     @property
     def budget(self) -> ContextBudget:
@@ -117,11 +119,6 @@ class Completer:
     def buffer_names(self) -> list[str]:
         return list(self._buffers)
 
-    def drafting(self, drafter: str, options: DecodeOptions) -> None:
-        """Say which drafter and options the next requests use (what `index_wanted` decides by),
-        before any request made it so (the benchmark indexes as the server's idle work would)."""
-        self._drafting = (drafter, options)
-
     def forget_buffer(self, name: str, cache_key: str | None = None) -> None:
         """A buffer closed: its text, index, prompt window and model cache go (the cache is kept under
         `cache_key` where that is not the name: the server's document URI)."""
@@ -132,20 +129,29 @@ class Completer:
             self.generator.forget(cache_key)
         self.forget_window(name)
 
-    LOOKUP_DRAFTERS = ("ngram", "hybrid")  # the drafters that look tokens up in the open buffers' index
+    # -- drafting (drafting.py) ------------------------------------------------------------------
+    def drafting(self, drafter: str, options: DecodeOptions) -> None:
+        """Say which drafter and options the next requests use (what `index_wanted` decides by),
+        before any request made it so (the benchmark indexes as the server's idle work would)."""
+        self.drafters.drafting(drafter, options)
 
     def index_wanted(self) -> bool:
-        """Whether indexing the open buffers for the n-gram drafter can be of use now (buffers.py
-        `wanted`): this engine drafts (a remote one does not), the last request's drafter looks
-        tokens up, and on the engine's pass costs some draft could pay (drafters/speculation.py
-        `can_pay`; without `adaptive` every draft is verified, whatever it costs). On llama.cpp on a
-        CPU no draft can pay (docs/backends.md), so there the default drafter costs what drafting
-        off costs: no lookups and no index slices for a request to wait behind."""
-        name, opts = self._drafting
-        if not self.generator.drafts or name not in self.LOOKUP_DRAFTERS or opts.draft_max <= 0:
-            return False
-        spec = self.generator.speculation
-        return not opts.adaptive or spec is None or spec.can_pay(opts.draft_max)
+        return self.drafters.index_wanted()
+
+    def accepted(self, text: str, after: str = "", settings: CompleterSettings | None = None) -> None:
+        self.drafters.accepted(text, after, settings)
+
+    def history(self) -> list[str]:
+        return self.drafters.history()
+
+    def draft_model(self, spec: str | None = None):
+        return self.drafters.draft_model(spec)
+
+    def drafter_for(self, name: str | None, draft_model: str | None = None):
+        return self.drafters.drafter_for(name, draft_model)
+
+    def hybrids(self) -> list:
+        return self.drafters.hybrids()
 
     # -- per-file state (files.py): prompt windows (context.py) and places ---------------------
     def window(self, key: str | None) -> Window | None:
@@ -164,60 +170,7 @@ class Completer:
             self._vocab_bytes = VocabBytes(self.lm.token_bytes())
         return self._vocab_bytes
 
-    # -- history: completions the user accepted ---------------------------------------------
-    def accepted(self, text: str, after: str = "", settings: CompleterSettings | None = None) -> None:
-        """Remember an accepted completion (and the text typed right after it) for drafting.
-
-        It joins the n-gram index as the "history" source (priority 2, after the open
-        buffers), bounded to `settings.history_tokens` tokens, oldest entries dropped, so
-        a pattern the user accepted once is proposed again in any file.
-        """
-        if self.generator.drafts:
-            self.buffers.accept(self.lm.encode(text + after), (settings or self.settings).history_tokens)
-
-    def history(self) -> list[str]:
-        return [self.lm.decode(ids) for ids in self.buffers.history()]
-
     # -- completion -----------------------------------------------------------------------
-    def draft_model(self, spec: str | None = None):
-        """The draft model of `spec` (default: settings.draft_model), loaded once per spec."""
-        spec = spec or self.settings.draft_model
-        if spec not in self._draft_models:
-            if self._load_model is None:
-                raise ValueError("this completer was built without a model loader: no draft model can be loaded")
-            where = self.lm.describe()
-            self._draft_models[spec] = self._load_model(spec, device=where["device"], dtype=where["dtype"],
-                                                        backend=where["backend"])
-        return self._draft_models[spec]
-
-    def drafter_for(self, name: str | None, draft_model: str | None = None):
-        """The drafter called `name` (drafters/registry.py) with the draft model `draft_model` (default:
-        the settings'), built once per draft-model spec; None for plain decoding or a model that
-        generates elsewhere.
-
-        A draft model whose tokenizer is not the target's raises
-        drafters.model_drafter.TokenizerMismatch (a ValueError).
-        """
-        name = name or self.settings.drafter
-        if not self.generator.drafts:
-            return None
-        spec = draft_model or self.settings.draft_model
-        key = (name, spec)
-        if key not in self._drafters:
-            def policy():
-                if self.engine.speculation is None:
-                    self.engine.calibrate()
-                return self.engine.speculation
-
-            ctx = DraftContext(ngram=self.ngram, target=self.lm, draft_model=lambda: self.draft_model(spec),
-                               policy=policy, get=self.drafter_for)
-            self._drafters[key] = make_drafter(name, ctx)
-        return self._drafters[key]
-
-    def hybrids(self) -> list:
-        """The hybrid drafters built so far (one per draft-model spec), for reports."""
-        return [d for (name, _), d in self._drafters.items() if name == "hybrid"]
-
     def prompt_for(self, text: str, line: int, col: int, *, name: str | None = None, cache_key: str | None = None,
                    others: list[tuple[str, str]] | None = None, settings: CompleterSettings | None = None,
                    file: FileState | None = None) -> Prompt:
@@ -299,7 +252,7 @@ class Completer:
                 hit.latency_ms = (time.perf_counter() - t0) * 1000
                 return hit
         drafter_name = drafter or s.drafter
-        self._drafting = (drafter_name, opts)
+        self.drafters.drafting(drafter_name, opts)
         d = self.drafter_for(drafter_name, s.draft_model)
         if d is not None:
             d.set_options(opts)  # a model drafter samples its drafts as the target samples
