@@ -1,18 +1,28 @@
-"""One completion from a document snapshot: prompt, drafter sources, engine, stop rules.
+"""One completion from a document snapshot: the one entry point from a place in a document to a
+suggestion.
 
 Shared by the command line (`ditto-lsp complete`, `trace`, `bench`) and the language
 server, so that what a user reproduces from the terminal is what the editor got.
 
-The Completer builds the prompt, serves type-through, applies the ghost-text stop rules
-and keeps the statistics; only the generation step differs by where the model runs
+`complete` builds the prompt, picks the drafter, generates (answered at a deadline, the rest
+later) and keeps the generation as the file's place; `ahead` does the same while the worker is
+idle. The rest is the Completer's parts, whose public face it keeps:
+
+- prompts.py (`Prompts`): the prompt at a place, its budget (fitted to the machine), token
+  healing's table, and KV made ahead of a request (`warm`, `fill`);
+- drafting.py (`Drafters`): the drafters and draft models, the open buffers' n-gram index and
+  the completions the user accepted;
+- place.py (`Places`): a place's life after its first answer (type-through, resuming the paused
+  generation, finishing it while idle);
+- files.py (`FileStates`): the per-file state of callers that name files by key.
+
+Only the generation step differs by where the model runs
 (docs/team.md): a `Generator` (lsp_server/backends/base.py) gets the prompt and a
 `done(text)` rule and returns the generated text. `EngineGenerator` (lsp_server/completion/local.py)
 runs Ditto's own Engine (speculative decoding with the drafters); a remote engine's
 `RemoteGenerator` (lsp_server/backends/remote/generator.py) streams over HTTP and closes the
 stream once `done` says the suggestion has ended. The Completer asks the generator what it can
-do (`drafts`, `constrains`, `resumable`), never which kind it is. Draft models are loaded
-through the `load_model` callable the builder hands in (lsp_server/completion/build.py), never
-imported here.
+do (`drafts`, `constrains`, `resumable`), never which kind it is.
 
 What a call needs comes with it: the request's settings (`settings`, else the Completer's own,
 given at build), the file's state (`file`: its prompt window and place, lsp_server/completion/files.py;
@@ -29,21 +39,22 @@ from typing import Callable
 
 from lsp_server.backends.base import GeneratingModel, Generator
 from lsp_server.completion.buffers import HISTORY  # noqa: F401  (the source's name)
+from lsp_server.completion.context import ContextBudget, Prompt, Window, split_at
 from lsp_server.completion.drafting import Drafters
-from lsp_server.completion.context import ContextBudget, Prompt, Window, build_prompt, split_at
 from lsp_server.completion.files import FileState, FileStates
 from lsp_server.completion.fitting import Fit
 from lsp_server.completion.local import EngineGenerator
 from lsp_server.completion.place import Place, Places, Suggestion, around_cursor
+from lsp_server.completion.prompts import Prompts
 from lsp_server.completion.settings import CompleterSettings
-from lsp_server.completion.wholefile import WholeFile, next_fill, whole_prompt
+from lsp_server.completion.wholefile import WholeFile
 from lsp_server.decoding.engine import Engine
 from lsp_server.decoding.healing import Healing, VocabBytes
 from lsp_server.decoding.types import DecodeOptions, Generated, RequestContext, Stats  # noqa: F401  (Generated: re-exported)
 
 
 class Completer:
-    """Holds the generation step and the n-gram index over other open buffers.
+    """The generation step and its parts (module docstring).
 
     A model that generates elsewhere (a remote engine) brings its own generator
     (`lm.generator()`); any other runs on `engine` (default: a new Engine).
@@ -57,23 +68,19 @@ class Completer:
         self.generator = generator
         self.engine = generator.engine  # None when the model runs elsewhere
         self.settings = settings or CompleterSettings()  # the defaults; a call may bring the request's own
-        self._vocab_bytes: VocabBytes | None = None
         self.pass_costs: dict[int, float] | None = None  # T(n) in ms, when measured or read at build (build.py)
-        self._buffers: dict[str, str] = {}
+        self.files = FileStates()  # per-file state of callers that name files by key (files.py)
+
+        def own() -> CompleterSettings:  # the parts read the Completer's own settings: they have one owner
+            return self.settings
+
         # The drafters, draft models and the open buffers' index (drafting.py); load_model(spec, device=,
         # dtype=, backend=) -> a loaded model: how draft models are loaded.
-        self.drafters = Drafters(lm, generator, lambda: self.settings, load_model)
-        self.files = FileStates()  # per-file state of callers that name files by key (files.py)
-        self.whole = WholeFile()  # the whole-file prompt's rules (wholefile.py)
-        # The budget fitted to this machine (settings.budget None) and what it was fitted to (build.py).
-        self.fit = Fit(ContextBudget.DEFAULT_TOTAL)  # the budget fitted to this machine (fitting.py)
+        self.drafters = Drafters(lm, generator, own, load_model)
+        self.prompts = Prompts(lm, generator, self.files, own)  # prompt, budget, prompt KV ahead (prompts.py)
         self.places = Places(generator, lm.decode)  # a place's life after its first answer (place.py)
 
-    @property
-    def continued(self) -> int:
-        """Generations resumed after their deadline (idle work or a request; place.py)."""
-        return self.places.continued
-
+    # -- the parts' state, readable on the Completer as before it had parts -----------------------
     @property
     def ngram(self):
         """The `ngram` drafter over the open buffers (drafters/suffix.py; drafting.py)."""
@@ -89,40 +96,76 @@ class Completer:
         return self.drafters.models  # (tests plant a draft model here)
 
     @property
+    def fit(self) -> Fit:
+        """The budget fitted to this machine (fitting.py; prompts.py)."""
+        return self.prompts.fit
+
+    @property
+    def whole(self) -> WholeFile:
+        """The whole-file prompt's rules (wholefile.py; prompts.py)."""
+        return self.prompts.whole
+
+    @whole.setter
+    def whole(self, rules: WholeFile) -> None:
+        self.prompts.whole = rules
+
+    @property
+    def continued(self) -> int:
+        """Generations resumed after their deadline (idle work or a request; place.py)."""
+        return self.places.continued
+
+    # -- prompt and budget (prompts.py) ----------------------------------------------------------
+    @property
     def budget(self) -> ContextBudget:
         """The prompt budget of the Completer's own settings."""
-        return self.budget_for(self.settings)
+        return self.prompts.budget_for(self.settings)
 
     def budget_for(self, settings: CompleterSettings) -> ContextBudget:
-        """The prompt budget of `settings`: their own, or the one fitted to this machine."""
-        return settings.budget or ContextBudget.scaled(self.fit.tokens, settings.snippets)
+        return self.prompts.budget_for(settings)
 
     def budget_report(self, settings: CompleterSettings | None = None) -> dict:
-        """What `ditto/stats` and `complete --json` say of the budget of `settings` (default: the
-        Completer's own): its size, and the costs it was fitted to (None when the settings gave it)."""
-        s = settings or self.settings
-        return {"context_tokens": self.budget_for(s).total,
-                "context_fitted_to": self.fit.costs if s.budget is None else None}
+        return self.prompts.budget_report(settings)
 
-    # -- other open buffers -------------------------------------------------------------
+    def vocab_bytes(self) -> VocabBytes:
+        return self.prompts.vocab_bytes()
+
+    def prompt_for(self, text: str, line: int, col: int, *, name: str | None = None, cache_key: str | None = None,
+                   others: list[tuple[str, str]] | None = None, settings: CompleterSettings | None = None,
+                   file: FileState | None = None) -> Prompt:
+        return self.prompts.prompt_for(text, line, col, name=name, cache_key=cache_key, others=others,
+                                       settings=settings, file=file)
+
+    def warm(self, text: str, line: int, col: int, *, name: str | None = None, cache_key: str,
+             cancel: threading.Event | None = None, chunk: int = 32,
+             others: list[tuple[str, str]] | None = None, settings: CompleterSettings | None = None,
+             file: FileState | None = None, ctx: RequestContext | None = None) -> Stats:
+        return self.prompts.warm(text, line, col, name=name, cache_key=cache_key, cancel=cancel, chunk=chunk,
+                                 others=others, settings=settings, file=file, ctx=ctx)
+
+    def fill(self, text: str, line: int, *, name: str | None = None, key: str | None = None,
+             file: FileState | None = None, cancel: threading.Event | None = None, chunk: int = 32,
+             ctx: RequestContext | None = None) -> Stats | None:
+        return self.prompts.fill(text, line, name=name, key=key, file=file, cancel=cancel, chunk=chunk, ctx=ctx)
+
+    # -- other open buffers: the prompt's snippets (prompts.py) and the drafter's index (drafting.py) --
     def set_buffer(self, name: str, text: str) -> None:
         """A buffer's text, for the prompt's snippets and the drafter's index (lsp_server/completion/buffers.py:
         only the blocks an edit touched are tokenized again; indexed now, or by `self.buffers.step()`
         when the server defers it; within the index memory budget)."""
-        self._buffers[name] = text
+        self.prompts.texts[name] = text
         self.buffers.set(name, text)
 
     def buffer_text(self, name: str) -> str | None:
         """The text the Completer holds for an open buffer (None when it is not open here)."""
-        return self._buffers.get(name)
+        return self.prompts.texts.get(name)
 
     def buffer_names(self) -> list[str]:
-        return list(self._buffers)
+        return list(self.prompts.texts)
 
     def forget_buffer(self, name: str, cache_key: str | None = None) -> None:
         """A buffer closed: its text, index, prompt window and model cache go (the cache is kept under
         `cache_key` where that is not the name: the server's document URI)."""
-        self._buffers.pop(name, None)
+        self.prompts.texts.pop(name, None)
         self.buffers.forget(name)
         self.generator.forget(name)
         if cache_key is not None and cache_key != name:
@@ -153,7 +196,7 @@ class Completer:
     def hybrids(self) -> list:
         return self.drafters.hybrids()
 
-    # -- per-file state (files.py): prompt windows (context.py) and places ---------------------
+    # -- per-file state (files.py): prompt windows (context.py) and places (place.py) ----------------
     def window(self, key: str | None) -> Window | None:
         """The prompt-window state of the file named `key` (created on first use); None for no key."""
         state = self.files.of(None, key)
@@ -164,62 +207,24 @@ class Completer:
         if state is not None:
             state.forget_window()
 
-    def vocab_bytes(self) -> VocabBytes:
-        """The model's token bytes indexed for token healing, built once (a 152k vocabulary: ~0.5 s)."""
-        if self._vocab_bytes is None:
-            self._vocab_bytes = VocabBytes(self.lm.token_bytes())
-        return self._vocab_bytes
+    def place(self, key: str | None, file: FileState | None = None) -> Place | None:
+        """The last generation answered for `key` (in `file`, when given), or None."""
+        return self.files.place(key, file)
 
-    # -- completion -----------------------------------------------------------------------
-    def prompt_for(self, text: str, line: int, col: int, *, name: str | None = None, cache_key: str | None = None,
-                   others: list[tuple[str, str]] | None = None, settings: CompleterSettings | None = None,
-                   file: FileState | None = None) -> Prompt:
-        """The prompt `complete` sends to the engine for this position (idle prefill warms this one).
+    def pending(self, key: str, file: FileState | None = None) -> bool:
+        return self.places.pending(key, self.place(key, file))
 
-        The typed text is healed (context.py `healed_tail`): the prompt ends at the last token
-        boundary before the cursor and the model writes the rest under a constraint
-        (lsp_server/decoding/healing.py), so `e` can become `else` and the prompt stays the
-        same while the user types inside a word. A generator that cannot be constrained (a
-        remote engine) gets the trailing blanks healed only. The document's prompt window
-        (context.py) is read and moved as for a completion.
-        """
-        if others is None:
-            others = [(n, t) for n, t in self._buffers.items() if n != name]
-        heal = "token" if self.generator.constrains else "blanks"
-        state = self.files.of(file, name or cache_key)
-        s = settings or self.settings
-        if state is not None and s.whole_file and self.generator.resumable:
-            # What the KV may lack: at most half the window's lines above, so a place costs no more than the window.
-            rules = replace(self.whole, gap=min(self.whole.gap, max(32, self.budget_for(s).above // 2)))
-            whole = whole_prompt(self.lm, text, line, col, state.prefix, path=name, window=state.window, heal=heal,
-                                 rules=rules, block=self.lm.block)
-            if whole is not None:
-                return whole
-        return build_prompt(self.lm, text, line, col, others=others, path=name,
-                            budget=self.budget_for(settings or self.settings),
-                            window=state.window if state is not None else None, heal=heal)
+    def place_fits(self, key: str, text: str, line: int, col: int, file: FileState | None = None) -> bool:
+        return self.places.place_fits(self.place(key, file), text, line, col)
 
-    def warm(self, text: str, line: int, col: int, *, name: str | None = None, cache_key: str,
-             cancel: threading.Event | None = None, chunk: int = 32,
-             others: list[tuple[str, str]] | None = None, settings: CompleterSettings | None = None,
-             file: FileState | None = None, ctx: RequestContext | None = None) -> Stats:
-        """Prefill the prompt of a completion at (line, col) without decoding (idle prefill).
+    def continue_place(self, key: str, cancel: threading.Event | None = None, file: FileState | None = None,
+                       ctx: RequestContext | None = None) -> bool:
+        return self.places.continue_place(key, self.place(key, file), cancel=cancel, ctx=ctx)
 
-        The same prompt `complete` would build, into the same cache: a request there then
-        prefills nothing, and one that cancels this keeps what it finished (Engine.warm).
-        """
-        prompt = self.prompt_for(text, line, col, name=name, cache_key=cache_key, others=others, settings=settings,
-                                 file=file)
-        ids = prompt.ids
-        cached = self.generator.cached_ids(cache_key) if line == 0 and prompt.stable_end > 0 else None
-        if cached is not None and prompt.stable[: len(cached)] == cached:
-            # Aimed at the first line of a document whose cache holds no place yet (didOpen aims there): warm
-            # what the prompt of every place below the file's head starts with (head.py), not the prompt of
-            # line 1, which holds no lines above. Once a place was asked, its cache serves the requests there.
-            ids = [*prompt.stable, 0]  # (Engine.warm prefills all but the last id)
-        self._seed(prompt, file, name or cache_key, cache_key)
-        return self.generator.warm(ids, cache_key, cancel=cancel, chunk=chunk, ctx=ctx)
+    def check_place(self, key: str, file: FileState | None = None) -> dict | None:
+        return self.places.check_place(key, self.place(key, file))
 
+    # -- completion ------------------------------------------------------------------------------
     def complete(self, text: str, line: int, col: int, *, name: str | None = None, options: DecodeOptions | None = None,
                  drafter: str | None = None, cancel: threading.Event | None = None, cache_key: str | None = None,
                  others: list[tuple[str, str]] | None = None, hold: threading.Event | None = None,
@@ -259,7 +264,7 @@ class Completer:
         _, typed, after, _ = split_at(text, line, col)
         prompt = self.prompt_for(text, line, col, name=name, cache_key=cache_key, others=others, settings=s,
                                  file=file)
-        self._seed(prompt, file, name or cache_key, cache_key)
+        self.prompts.seed(prompt, file, name or cache_key, cache_key)
         shown_prompt = replace(prompt, typed=typed, after=after)
         heal = prompt.healed
         constraint = Healing(self.vocab_bytes(), heal.encode("utf-8")) if heal and self.generator.constrains else None
@@ -311,43 +316,7 @@ class Completer:
                       file=file, ctx=ctx)
         return self.place(cache_key, file) is not None
 
-    # -- the whole file above the place (wholefile.py) ----------------------------------------------
-    def _seed(self, prompt: Prompt, file: FileState | None, key: str | None, cache_key: str | None) -> None:
-        """A whole-file prompt: start the cache of `cache_key` from a copy of the file's prefix KV."""
-        state = self.files.of(file, key)
-        if prompt.whole and cache_key is not None and state is not None:
-            self.generator.seed(cache_key, state.prefix.kv, prompt.ids)
-
-    def fill(self, text: str, line: int, *, name: str | None = None, key: str | None = None,
-             file: FileState | None = None, cancel: threading.Event | None = None, chunk: int = 32,
-             ctx: RequestContext | None = None) -> Stats | None:
-        """Fill the prefix KV of the file (idle work; wholefile.py `next_fill`), in chunks a set `cancel`
-        stops; None where there is nothing to fill (no engine, no FIM, filled already)."""
-        state = self.files.of(file, key or name)
-        ids = next_fill(self.lm, self.whole, state.prefix, state.window, text, line, name) \
-            if state is not None and self.lm.fim is not None and self.generator.resumable else None
-        return None if ids is None else self.generator.fill(state.prefix.kv, ids, cancel=cancel, chunk=chunk, ctx=ctx)
-
-    # -- places: one generation answered in pieces (a deadline, its continuation, type-through; place.py) --
-    def place(self, key: str | None, file: FileState | None = None) -> Place | None:
-        """The last generation answered for `key` (in `file`, when given), or None."""
-        return self.files.place(key, file)
-
-    def pending(self, key: str, file: FileState | None = None) -> bool:
-        return self.places.pending(key, self.place(key, file))
-
-    def place_fits(self, key: str, text: str, line: int, col: int, file: FileState | None = None) -> bool:
-        return self.places.place_fits(self.place(key, file), text, line, col)
-
-    def continue_place(self, key: str, cancel: threading.Event | None = None, file: FileState | None = None,
-                       ctx: RequestContext | None = None) -> bool:
-        return self.places.continue_place(key, self.place(key, file), cancel=cancel, ctx=ctx)
-
-    def check_place(self, key: str, file: FileState | None = None) -> dict | None:
-        return self.places.check_place(key, self.place(key, file))
-
 
 def _or_held(pause: Callable[[list[int]], bool], hold: threading.Event) -> Callable[[list[int]], bool]:
     """`pause`, or pause at once when `hold` is set (a generation made ahead yields to a request)."""
     return lambda out: hold.is_set() or pause(out)
-
