@@ -7,7 +7,7 @@ passed in (the engine, with the server's debug hooks when it has them, whether p
 or read from the cache directory, which drafter to build at once).
 
 `calibrate` measures the pass costs T(1..n) the speculation policy prices drafts with
-(drafters/speculation.py), and `prompt_costs` what a prompt token and a generated token cost,
+(lsp_server/decoding/speculation.py), and `prompt_costs` what a prompt token and a generated token cost,
 from which `fitting_budget` picks the prompt budget (the `context_tokens` setting at 0, its
 default); both are stored per model, backend, device, dtype and thread count.
 Left out on purpose: loading (lsp_server/backends/loader.py), LSP.

@@ -22,6 +22,7 @@ from drafters.registry import DraftContext, make_drafter
 from drafters.suffix import SuffixDrafter
 from lsp_server.completion.buffers import OpenBuffers
 from lsp_server.completion.settings import CompleterSettings
+from lsp_server.decoding.speculation import measure_draft_costs
 from lsp_server.decoding.types import DecodeOptions
 
 MAX_INDEXED_CHARS = 262144  # of one buffer, for the drafter: its head and tail (whole lines) past this
@@ -60,7 +61,7 @@ class Drafters:
     def index_wanted(self) -> bool:
         """Whether indexing the open buffers for the n-gram drafter can be of use now (buffers.py
         `wanted`): this engine drafts (a remote one does not), the last request's drafter looks
-        tokens up, and on the engine's pass costs some draft could pay (drafters/speculation.py
+        tokens up, and on the engine's pass costs some draft could pay (lsp_server/decoding/speculation.py
         `can_pay`; without `adaptive` every draft is verified, whatever it costs). On llama.cpp on a
         CPU no draft can pay (docs/backends.md), so there the default drafter costs what drafting
         off costs: no lookups and no index slices for a request to wait behind."""
@@ -118,7 +119,7 @@ class Drafters:
                 return engine.speculation
 
             ctx = DraftContext(ngram=self.ngram, target=self.lm, draft_model=lambda: self.draft_model(spec),
-                               policy=policy, get=self.drafter_for)
+                               policy=policy, get=self.drafter_for, draft_costs=measure_draft_costs)
             self._built[key] = make_drafter(name, ctx)
         return self._built[key]
 
