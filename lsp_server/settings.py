@@ -74,7 +74,7 @@ class Settings:
     seed: int | None = None
     time_budget_s: float | None = 5.0  # stop decoding after this long (None = no limit)
     # Answer with the first complete line, or after this long decoding, and generate the rest while the
-    # user pauses (completion/completer.py Place; None = answer when the whole suggestion is there).
+    # user pauses (completion/place.py Place; None = answer when the whole suggestion is there).
     first_answer_s: float | None = 1.0
     multiline: bool = True  # ghost text may span lines (until the current block ends)
     adaptive: bool = True  # choose each draft's length from measured pass costs; False = verify draft_max tokens
