@@ -14,11 +14,11 @@ idle. The rest is the Completer's parts, whose public face it keeps:
   the completions the user accepted;
 - place.py (`Places`): a place's life after its first answer (type-through, resuming the paused
   generation, finishing it while idle);
-- files.py (`FileStates`): the per-file state of callers that name files by key.
+- files.py (`FileStates`): the per-file state of callers that name files by key;
+- settings.py (`CompleterSettings`, re-exported here): what a call is asked to do.
 
-Only the generation step differs by where the model runs
-(docs/team.md): a `Generator` (lsp_server/backends/base.py) gets the prompt and a
-`done(text)` rule and returns the generated text. `EngineGenerator` (lsp_server/completion/local.py)
+Only the generation step differs by where the model runs (docs/team.md): a `Generator`
+(lsp_server/backends/base.py) gets the prompt and a `done(text)` rule and returns the generated text. `EngineGenerator` (lsp_server/completion/local.py)
 runs Ditto's own Engine (speculative decoding with the drafters); a remote engine's
 `RemoteGenerator` (lsp_server/backends/remote/generator.py) streams over HTTP and closes the
 stream once `done` says the suggestion has ended. The Completer asks the generator what it can
@@ -27,7 +27,7 @@ do (`drafts`, `constrains`, `resumable`), never which kind it is.
 What a call needs comes with it: the request's settings (`settings`, else the Completer's own,
 given at build), the file's state (`file`: its prompt window and place, lsp_server/completion/files.py;
 else the Completer's own, by key) and whom the model's passes are for (`ctx`).
-Left out on purpose: LSP types, threads and scheduling (lsp_server/lsp/).
+Left out on purpose: LSP types, threads and scheduling (lsp_server/lsp/), and what the parts do.
 """
 
 from __future__ import annotations
