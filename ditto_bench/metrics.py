@@ -421,7 +421,7 @@ def summarise_replay(records: list[dict], peer: str = "llama-server", timeout_ms
             "sessions": len({r["session"] for r in rs}),
             "tasks": len({r["task"] for r in rs}),
             # Draft tokens the engine verified, summed (Ditto's trace; None for the peer): 0 where
-            # no draft could pay on the pass costs (drafters/speculation.py `can_pay`).
+            # no draft could pay on the pass costs (lsp_server/decoding/speculation.py `can_pay`).
             "drafted": sum(drafted) if drafted else None,
             **{kind: _replay_group([r for r in rs if kind == "all" or r["kind"] == kind], timeout_ms)
                for kind in REPLAY_KINDS},

@@ -26,7 +26,7 @@ class Proposal:
     `agreement` (n-gram lookup) is the fraction of matched positions whose continuation
     starts with the first draft token; None when not applicable. `paid` says the draft's
     cost is already spent (a draft model ran a pass per token): the engine verifies it
-    whole instead of trimming it to the length that pays (drafters/speculation.py).
+    whole instead of trimming it to the length that pays (lsp_server/decoding/speculation.py).
     `healed` (n-gram lookup) is the number of the context's last tokens matched by their
     text rather than their ids (0: an exact match): the cursor split a token, so the draft
     starts with the rest of a longer token's text, re-encoded (drafters/ngram.py); the

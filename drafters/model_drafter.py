@@ -7,33 +7,49 @@ usually an extension of what the drafter already holds), and only the rest is pr
 Greedy: the drafts are the draft model's argmaxes and `probs` is None (a deterministic
 draft, so q is one-hot; the engine's greedy rule ignores q anyway). Sampling: each draft
 token is sampled from q, the draft model's distribution after the same filtering as the
-target's p (drafters/probs.py), and `probs` carries q so that the engine's general rule
-(accept with min(1, p/q), else resample from norm(max(p - q, 0))) keeps the output exact.
+target's p (the one filter, lsp_server/decoding/probs.py), and `probs` carries q so that the
+engine's general rule (accept with min(1, p/q), else resample from norm(max(p - q, 0))) keeps
+the output exact.
 Its drafts are `paid`: the engine verifies them whole.
 
 `HybridDrafter`: n-gram lookup first; the model only where the n-gram drafter has no
-confident match and the speculation policy (drafters/speculation.py), counting the draft
-model's catch-up on the prompt, says it pays (see its docstring).
+confident match and the speculation policy (lsp_server/decoding/speculation.py), counting
+the draft model's catch-up on the prompt, says it pays (see its docstring).
 
-This is one of two drafter modules that need torch. A draft model is a loaded model of
+This is the one drafter module that needs torch. A draft model is a loaded model of
 the backend interface (lsp_server/backends/base.py: forward, new_cache, crop, vocab_size, and
 the text side's vocabulary() for the same-tokenizer check), so drafters/ never imports
-transformers or LSP. Left out on purpose: acceptance (the engine decides), loading
-models (lsp_server/backends/loader.py), pass costs (drafters/speculation.py).
+transformers or LSP. Of the server it imports one leaf, the sampling filter (q filtered
+otherwise than p would make sampling inexact; tests/test_architecture.py allows exactly that);
+the speculation policy is handed to the hybrid by whoever builds it (drafters/registry.py), and
+only `DraftPricing`, what the hybrid asks of it, is named here. Left out on purpose: acceptance
+(the engine decides), loading models (lsp_server/backends/loader.py), pass costs
+(lsp_server/decoding/speculation.py).
 """
 
 from __future__ import annotations
 
 import time
 from dataclasses import dataclass, field
-from typing import Callable, Sequence
+from typing import Callable, Protocol, Sequence
 
 import torch
 
 from drafters.base import Proposal
 from drafters.ngram import NGramDrafter
-from drafters.probs import filtered_probs
-from drafters.speculation import Speculation
+from lsp_server.decoding.probs import filtered_probs  # the engine's own filter: exactness needs the same one
+
+
+class DraftPricing(Protocol):
+    """What the hybrid asks of the speculation policy (lsp_server/decoding/speculation.py `Speculation`)."""
+
+    draft_ms: float | None  # one draft-model pass over one token (None: not measured)
+
+    def best(self, proposal: Proposal, drafter: str = "") -> tuple[int, float]: ...
+
+    def best_model_draft(self, k_max: int, pending: int = 1, source: str = "model") -> tuple[int, float]: ...
+
+    def observe_draft_time(self, k: int, pending: int, measured_ms: float) -> None: ...
 
 
 class TokenizerMismatch(ValueError):
@@ -186,7 +202,7 @@ class ModelDrafter:
                 logits = self._row(self.lm.forward([tok], self._cache, last=1)[-1])
                 self._ids.append(tok)
                 self.forward_passes += 1
-        # Paid: its k passes already ran, so the engine verifies it whole (drafters/speculation.py).
+        # Paid: its k passes already ran, so the engine verifies it whole (lsp_server/decoding/speculation.py).
         return Proposal(tokens, source=self.name, match_len=0, probs=qs, paid=True)
 
 
@@ -207,7 +223,7 @@ class HybridDrafter:
     """N-gram lookup first, the draft model only where it is expected to pay.
 
     Rule, per step (k_max = the engine's k), with the engine's speculation policy
-    (drafters/speculation.py), given when the hybrid is built:
+    (lsp_server/decoding/speculation.py), given when the hybrid is built:
 
     1. Ask the n-gram drafter. Its proposal is *confident* when the matched n-gram has at
        least `min_match` tokens and at least `min_agreement` of the matched positions
@@ -233,7 +249,7 @@ class HybridDrafter:
 
     name = "hybrid"
 
-    def __init__(self, ngram: NGramDrafter, model: ModelDrafter, policy: Speculation, *, min_match: int = 3,
+    def __init__(self, ngram: NGramDrafter, model: ModelDrafter, policy: DraftPricing, *, min_match: int = 3,
                  min_agreement: float = 0.5, clock: Callable[[], float] = time.perf_counter):
         if policy.draft_ms is None:
             raise ValueError("the hybrid needs the draft model's pass costs in its policy (set_draft_costs)")
@@ -290,4 +306,4 @@ class HybridDrafter:
         return out
 
 
-__all__ = ["ModelDrafter", "HybridDrafter", "TokenizerMismatch", "check_same_tokenizer"]
+__all__ = ["DraftPricing", "ModelDrafter", "HybridDrafter", "TokenizerMismatch", "check_same_tokenizer"]

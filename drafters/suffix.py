@@ -16,7 +16,7 @@ drafts"):
    first: a node's score is its parent's times its share of the weight there (SuffixDecoding's
    frequency-weighted speculation tree, Oliaro et al. 2024), `max_nodes` at most. Each node's
    share goes out as `Proposal.weights`: the speculation policy prices and trims the tree
-   (drafters/nodes.py) and the engine verifies it in one pass (lsp_server/decoding/tree.py), or
+   (lsp_server/decoding/nodes.py) and the engine verifies it in one pass (lsp_server/decoding/tree.py), or
    its main path where trees are not verified (sampling; llama.cpp).
 
 Each source is an `NGramIndex` (drafters/ngram.py): its sorted arrays are a suffix array of the

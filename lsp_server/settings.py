@@ -30,6 +30,7 @@ from drafters.registry import DRAFTERS  # the drafter names; every list of them 
 from lsp_server.nextedit import PROPOSERS  # the next-edit proposers' names
 from lsp_server.backends.loader import BACKENDS
 from lsp_server.completion.context import ContextBudget  # plain Python: no torch at import
+from lsp_server.completion.settings import CompleterSettings  # plain Python too
 
 DEBUG_PREFIX = "debug_"  # settings named so are test hooks, off unless `serve --debug-hooks`
 CLI_ONLY = ("debug_hooks",)  # settable by `ditto-lsp serve` flags only, never by a client
@@ -73,7 +74,7 @@ class Settings:
     seed: int | None = None
     time_budget_s: float | None = 5.0  # stop decoding after this long (None = no limit)
     # Answer with the first complete line, or after this long decoding, and generate the rest while the
-    # user pauses (completion/completer.py Place; None = answer when the whole suggestion is there).
+    # user pauses (completion/place.py Place; None = answer when the whole suggestion is there).
     first_answer_s: float | None = 1.0
     multiline: bool = True  # ghost text may span lines (until the current block ends)
     adaptive: bool = True  # choose each draft's length from measured pass costs; False = verify draft_max tokens
@@ -121,10 +122,8 @@ class Settings:
                              time_budget_s=self.time_budget_s, adaptive=self.adaptive,
                              first_answer_s=self.first_answer_s)
 
-    def completer_settings(self):
-        """The Completer's share of these settings (built here only; imports torch, so not at module load)."""
-        from lsp_server.completion.completer import CompleterSettings
-
+    def completer_settings(self) -> CompleterSettings:
+        """The Completer's share of these settings (built here only)."""
         return CompleterSettings(drafter=self.drafter, multiline=self.multiline, draft_model=self.draft_model,
                                  budget=ContextBudget.scaled(self.context_tokens, self.snippets)
                                  if self.context_tokens else None, snippets=self.snippets,

@@ -258,7 +258,8 @@ class Generator:
     # generation paused at a deadline (`generate(pause=...)`) goes on later (`resume`).
     resumable = False
     engine = None  # the local engine (lsp_server/decoding/engine.py), None where the model runs elsewhere
-    speculation = None  # the policy that prices drafts (drafters/speculation.py), None where Ditto does not draft
+    # The policy that prices drafts (lsp_server/decoding/speculation.py), None where Ditto does not draft.
+    speculation = None
 
     def generate(self, prompt, *, options: DecodeOptions, done: Callable[[str], bool], drafter=None,
                  cancel: threading.Event | None = None, cache_key: str | None = None, constraint=None,

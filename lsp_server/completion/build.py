@@ -7,7 +7,7 @@ passed in (the engine, with the server's debug hooks when it has them, whether p
 or read from the cache directory, which drafter to build at once).
 
 `calibrate` measures the pass costs T(1..n) the speculation policy prices drafts with
-(drafters/speculation.py), and `prompt_costs` what a prompt token and a generated token cost,
+(lsp_server/decoding/speculation.py), and `prompt_costs` what a prompt token and a generated token cost,
 from which `fitting_budget` picks the prompt budget (the `context_tokens` setting at 0, its
 default); both are stored per model, backend, device, dtype and thread count.
 Left out on purpose: loading (lsp_server/backends/loader.py), LSP.
@@ -24,7 +24,8 @@ import torch
 
 from lsp_server.backends.loader import load
 from lsp_server.backends.packaged import cache_dir
-from lsp_server.completion.completer import Completer, CompleterSettings
+from lsp_server.completion.completer import Completer
+from lsp_server.completion.settings import CompleterSettings
 from lsp_server.completion.fitting import (  # noqa: F401  (re-exported: the budget's rule lives there)
     BUDGET_GRAIN, BUDGET_MAX, BUDGET_MIN, COLD_GOAL_MS, COLD_SHARE, FIRST_LINE_TOKENS, fitting_budget)
 from lsp_server.decoding.engine import Engine

@@ -1,65 +1,60 @@
-"""One completion from a document snapshot: prompt, drafter sources, engine, stop rules.
+"""One completion from a document snapshot: the one entry point from a place in a document to a
+suggestion.
 
 Shared by the command line (`ditto-lsp complete`, `trace`, `bench`) and the language
 server, so that what a user reproduces from the terminal is what the editor got.
 
-The Completer builds the prompt, serves type-through, applies the ghost-text stop rules
-and keeps the statistics; only the generation step differs by where the model runs
-(docs/team.md): a `Generator` (lsp_server/backends/base.py) gets the prompt and a
-`done(text)` rule and returns the generated text. `EngineGenerator` (lsp_server/completion/local.py)
+`complete` builds the prompt, picks the drafter, generates (answered at a deadline, the rest
+later) and keeps the generation as the file's place; `ahead` does the same while the worker is
+idle. The rest is the Completer's parts, whose public face it keeps:
+
+- prompts.py (`Prompts`): the prompt at a place, its budget (fitted to the machine), token
+  healing's table, and KV made ahead of a request (`warm`, `fill`);
+- drafting.py (`Drafters`): the drafters and draft models, the open buffers' n-gram index and
+  the completions the user accepted;
+- place.py (`Places`): a place's life after its first answer (type-through, resuming the paused
+  generation, finishing it while idle);
+- files.py (`FileStates`): the per-file state of callers that name files by key;
+- settings.py (`CompleterSettings`, re-exported here): what a call is asked to do.
+
+Only the generation step differs by where the model runs (docs/team.md): a `Generator`
+(lsp_server/backends/base.py) gets the prompt and a `done(text)` rule and returns the generated text. `EngineGenerator` (lsp_server/completion/local.py)
 runs Ditto's own Engine (speculative decoding with the drafters); a remote engine's
 `RemoteGenerator` (lsp_server/backends/remote/generator.py) streams over HTTP and closes the
 stream once `done` says the suggestion has ended. The Completer asks the generator what it can
-do (`drafts`, `constrains`, `resumable`), never which kind it is. Draft models are loaded
-through the `load_model` callable the builder hands in (lsp_server/completion/build.py), never
-imported here.
+do (`drafts`, `constrains`, `resumable`), never which kind it is.
 
 What a call needs comes with it: the request's settings (`settings`, else the Completer's own,
 given at build), the file's state (`file`: its prompt window and place, lsp_server/completion/files.py;
 else the Completer's own, by key) and whom the model's passes are for (`ctx`).
-Left out on purpose: LSP types, threads and scheduling (lsp_server/lsp/).
+Left out on purpose: LSP types, threads and scheduling (lsp_server/lsp/), and what the parts do.
 """
 
 from __future__ import annotations
 
 import threading
 import time
-from dataclasses import dataclass, field, replace
+from dataclasses import replace
 from typing import Callable
 
-from drafters.suffix import SuffixDrafter
-from drafters.registry import DraftContext, make_drafter
 from lsp_server.backends.base import GeneratingModel, Generator
-from lsp_server.completion.buffers import HISTORY, OpenBuffers  # noqa: F401  (HISTORY: the source's name)
-from lsp_server.completion.context import ContextBudget, Prompt, Window, build_prompt, split_at
+from lsp_server.completion.buffers import HISTORY  # noqa: F401  (the source's name)
+from lsp_server.completion.context import ContextBudget, Prompt, Window, split_at
+from lsp_server.completion.drafting import Drafters
 from lsp_server.completion.files import FileState, FileStates
 from lsp_server.completion.fitting import Fit
 from lsp_server.completion.local import EngineGenerator
-from lsp_server.completion.place import Place, Suggestion
-from lsp_server.completion.wholefile import WholeFile, next_fill, whole_prompt
+from lsp_server.completion.place import Place, Places, Suggestion, around_cursor
+from lsp_server.completion.prompts import Prompts
+from lsp_server.completion.settings import CompleterSettings
+from lsp_server.completion.wholefile import WholeFile
 from lsp_server.decoding.engine import Engine
 from lsp_server.decoding.healing import Healing, VocabBytes
 from lsp_server.decoding.types import DecodeOptions, Generated, RequestContext, Stats  # noqa: F401  (Generated: re-exported)
 
-MAX_INDEXED_CHARS = 262144  # of one buffer, for the drafter: its head and tail (whole lines) past this
-
-
-@dataclass
-class CompleterSettings:
-    drafter: str = "ngram"  # one of drafters.registry.DRAFTERS
-    draft_model: str = "qwen2.5-coder-0.5b"  # model spec of the model / hybrid drafters
-    history_tokens: int = 4096  # accepted completions kept in the n-gram index (oldest dropped)
-    multiline: bool = True  # ghost text may span lines (until the block ends)
-    type_through: bool = True  # typing the start of the shown suggestion answers with its rest at once
-    # The prompt budget; None: the one that fits this machine (build.py `fitting_budget`), with
-    # snippets of the other open buffers from `snippets` (ContextBudget.SOURCES).
-    budget: ContextBudget | None = field(default_factory=ContextBudget.default)
-    snippets: str = "heads"
-    whole_file: bool = False  # the whole file above the place once its prefix KV is filled (wholefile.py)
-
 
 class Completer:
-    """Holds the generation step and the n-gram index over other open buffers.
+    """The generation step and its parts (module docstring).
 
     A model that generates elsewhere (a remote engine) brings its own generator
     (`lm.generator()`); any other runs on `engine` (default: a new Engine).
@@ -73,99 +68,138 @@ class Completer:
         self.generator = generator
         self.engine = generator.engine  # None when the model runs elsewhere
         self.settings = settings or CompleterSettings()  # the defaults; a call may bring the request's own
-        # load_model(spec, device=, dtype=, backend=) -> a loaded model: how draft models are loaded.
-        self._load_model = load_model
-        self._vocab_bytes: VocabBytes | None = None
         self.pass_costs: dict[int, float] | None = None  # T(n) in ms, when measured or read at build (build.py)
-        # The tokenizer's text functions let the lookup heal a token the cursor split
-        # (drafters/ngram.py); a model without them drafts by ids only.
-        self.ngram = SuffixDrafter(token_text=lm.token_text, encode=lm.encode)  # the `ngram` drafter (drafters/suffix.py)
-        self._buffers: dict[str, str] = {}
-        # The open buffers' tokens and the drafter's index of them (lsp_server/completion/buffers.py).
-        self.buffers = OpenBuffers(lm.encode, self.ngram, enabled=generator.drafts, max_chars=MAX_INDEXED_CHARS,
-                                   wanted=self.index_wanted)
         self.files = FileStates()  # per-file state of callers that name files by key (files.py)
-        self.whole = WholeFile()  # the whole-file prompt's rules (wholefile.py)
-        self.continued = 0  # generations resumed after their deadline (idle work or a request)
-        self._history: list[list[int]] = []  # accepted completions, oldest first
-        self._draft_models: dict[str, object] = {}  # spec -> LoadedModel (loaded once)
-        self._drafters: dict[tuple[str, str], object] = {}  # (drafter name, draft-model spec) -> drafter, built once
-        self._drafting = (self.settings.drafter, DecodeOptions())  # the last request's drafter and options
-        # The budget fitted to this machine (settings.budget None) and what it was fitted to (build.py).
-        self.fit = Fit(ContextBudget.DEFAULT_TOTAL)  # the budget fitted to this machine (fitting.py)
 
+        def own() -> CompleterSettings:  # the parts read the Completer's own settings: they have one owner
+            return self.settings
+
+        # The drafters, draft models and the open buffers' index (drafting.py); load_model(spec, device=,
+        # dtype=, backend=) -> a loaded model: how draft models are loaded.
+        self.drafters = Drafters(lm, generator, own, load_model)
+        self.prompts = Prompts(lm, generator, self.files, own)  # prompt, budget, prompt KV ahead (prompts.py)
+        self.places = Places(generator, lm.decode)  # a place's life after its first answer (place.py)
+
+    # -- the parts' state, readable on the Completer as before it had parts -----------------------
+    @property
+    def ngram(self):
+        """The `ngram` drafter over the open buffers (drafters/suffix.py; drafting.py)."""
+        return self.drafters.ngram
+
+    @property
+    def buffers(self):
+        """The open buffers' tokens and the drafter's index of them (buffers.py; drafting.py)."""
+        return self.drafters.buffers
+
+    @property
+    def _draft_models(self) -> dict:
+        return self.drafters.models  # (tests plant a draft model here)
+
+    @property
+    def fit(self) -> Fit:
+        """The budget fitted to this machine (fitting.py; prompts.py)."""
+        return self.prompts.fit
+
+    @property
+    def whole(self) -> WholeFile:
+        """The whole-file prompt's rules (wholefile.py; prompts.py)."""
+        return self.prompts.whole
+
+    @whole.setter
+    def whole(self, rules: WholeFile) -> None:
+        self.prompts.whole = rules
+
+    @property
+    def continued(self) -> int:
+        """Generations resumed after their deadline (idle work or a request; place.py)."""
+        return self.places.continued
+
+    # -- prompt and budget (prompts.py) ----------------------------------------------------------
     @property
     def budget(self) -> ContextBudget:
         """The prompt budget of the Completer's own settings."""
-        return self.budget_for(self.settings)
+        return self.prompts.budget_for(self.settings)
 
     def budget_for(self, settings: CompleterSettings) -> ContextBudget:
-        """The prompt budget of `settings`: their own, or the one fitted to this machine."""
-        return settings.budget or ContextBudget.scaled(self.fit.tokens, settings.snippets)
+        return self.prompts.budget_for(settings)
 
     def budget_report(self, settings: CompleterSettings | None = None) -> dict:
-        """What `ditto/stats` and `complete --json` say of the budget of `settings` (default: the
-        Completer's own): its size, and the costs it was fitted to (None when the settings gave it)."""
-        s = settings or self.settings
-        return {"context_tokens": self.budget_for(s).total,
-                "context_fitted_to": self.fit.costs if s.budget is None else None}
+        return self.prompts.budget_report(settings)
 
-    # -- other open buffers -------------------------------------------------------------
+    def vocab_bytes(self) -> VocabBytes:
+        return self.prompts.vocab_bytes()
+
+    def prompt_for(self, text: str, line: int, col: int, *, name: str | None = None, cache_key: str | None = None,
+                   others: list[tuple[str, str]] | None = None, settings: CompleterSettings | None = None,
+                   file: FileState | None = None) -> Prompt:
+        return self.prompts.prompt_for(text, line, col, name=name, cache_key=cache_key, others=others,
+                                       settings=settings, file=file)
+
+    def warm(self, text: str, line: int, col: int, *, name: str | None = None, cache_key: str,
+             cancel: threading.Event | None = None, chunk: int = 32,
+             others: list[tuple[str, str]] | None = None, settings: CompleterSettings | None = None,
+             file: FileState | None = None, ctx: RequestContext | None = None) -> Stats:
+        return self.prompts.warm(text, line, col, name=name, cache_key=cache_key, cancel=cancel, chunk=chunk,
+                                 others=others, settings=settings, file=file, ctx=ctx)
+
+    def fill(self, text: str, line: int, *, name: str | None = None, key: str | None = None,
+             file: FileState | None = None, cancel: threading.Event | None = None, chunk: int = 32,
+             ctx: RequestContext | None = None) -> Stats | None:
+        return self.prompts.fill(text, line, name=name, key=key, file=file, cancel=cancel, chunk=chunk, ctx=ctx)
+
+    # -- other open buffers: the prompt's snippets (prompts.py) and the drafter's index (drafting.py) --
     def set_buffer(self, name: str, text: str) -> None:
         """A buffer's text, for the prompt's snippets and the drafter's index (lsp_server/completion/buffers.py:
         only the blocks an edit touched are tokenized again; indexed now, or by `self.buffers.step()`
         when the server defers it; within the index memory budget)."""
-        self._buffers[name] = text
+        self.prompts.texts[name] = text
         self.buffers.set(name, text)
 
     def buffer_text(self, name: str) -> str | None:
         """The text the Completer holds for an open buffer (None when it is not open here)."""
-        return self._buffers.get(name)
+        return self.prompts.texts.get(name)
 
     def buffer_names(self) -> list[str]:
-        return list(self._buffers)
-
-    def drafting(self, drafter: str, options: DecodeOptions) -> None:
-        """Say which drafter and options the next requests use (what `index_wanted` decides by),
-        before any request made it so (the benchmark indexes as the server's idle work would)."""
-        self._drafting = (drafter, options)
+        return list(self.prompts.texts)
 
     def forget_buffer(self, name: str, cache_key: str | None = None) -> None:
         """A buffer closed: its text, index, prompt window and model cache go (the cache is kept under
         `cache_key` where that is not the name: the server's document URI)."""
-        self._buffers.pop(name, None)
+        self.prompts.texts.pop(name, None)
         self.buffers.forget(name)
         self.generator.forget(name)
         if cache_key is not None and cache_key != name:
             self.generator.forget(cache_key)
         self.forget_window(name)
 
-    LOOKUP_DRAFTERS = ("ngram", "hybrid")  # the drafters that look tokens up in the open buffers' index
+    # -- drafting (drafting.py) ------------------------------------------------------------------
+    def drafting(self, drafter: str, options: DecodeOptions) -> None:
+        """Say which drafter and options the next requests use (what `index_wanted` decides by),
+        before any request made it so (the benchmark indexes as the server's idle work would)."""
+        self.drafters.drafting(drafter, options)
 
     def index_wanted(self) -> bool:
-        """Whether indexing the open buffers for the n-gram drafter can be of use now (buffers.py
-        `wanted`): this engine drafts (a remote one does not), the last request's drafter looks
-        tokens up, and on the engine's pass costs some draft could pay (drafters/speculation.py
-        `can_pay`; without `adaptive` every draft is verified, whatever it costs). On llama.cpp on a
-        CPU no draft can pay (docs/backends.md), so there the default drafter costs what drafting
-        off costs: no lookups and no index slices for a request to wait behind."""
-        name, opts = self._drafting
-        if not self.generator.drafts or name not in self.LOOKUP_DRAFTERS or opts.draft_max <= 0:
-            return False
-        spec = self.generator.speculation
-        return not opts.adaptive or spec is None or spec.can_pay(opts.draft_max)
+        return self.drafters.index_wanted()
 
-    # -- per-file state (files.py): prompt windows (context.py) and places ---------------------
-    def _file(self, file: FileState | None, key: str | None) -> FileState | None:
-        """The per-file state a call uses: the caller's (the server's document session owns one per
-        document), else the one this Completer keeps for `key` (None without either)."""
-        if file is not None:
-            return file
-        return None if key is None else self.files.get(key)
+    def accepted(self, text: str, after: str = "", settings: CompleterSettings | None = None) -> None:
+        self.drafters.accepted(text, after, settings)
 
+    def history(self) -> list[str]:
+        return self.drafters.history()
+
+    def draft_model(self, spec: str | None = None):
+        return self.drafters.draft_model(spec)
+
+    def drafter_for(self, name: str | None, draft_model: str | None = None):
+        return self.drafters.drafter_for(name, draft_model)
+
+    def hybrids(self) -> list:
+        return self.drafters.hybrids()
+
+    # -- per-file state (files.py): prompt windows (context.py) and places (place.py) ----------------
     def window(self, key: str | None) -> Window | None:
         """The prompt-window state of the file named `key` (created on first use); None for no key."""
-        state = self._file(None, key)
+        state = self.files.of(None, key)
         return None if state is None else state.window
 
     def forget_window(self, key: str) -> None:
@@ -173,115 +207,24 @@ class Completer:
         if state is not None:
             state.forget_window()
 
-    def vocab_bytes(self) -> VocabBytes:
-        """The model's token bytes indexed for token healing, built once (a 152k vocabulary: ~0.5 s)."""
-        if self._vocab_bytes is None:
-            self._vocab_bytes = VocabBytes(self.lm.token_bytes())
-        return self._vocab_bytes
+    def place(self, key: str | None, file: FileState | None = None) -> Place | None:
+        """The last generation answered for `key` (in `file`, when given), or None."""
+        return self.files.place(key, file)
 
-    # -- history: completions the user accepted ---------------------------------------------
-    def accepted(self, text: str, after: str = "", settings: CompleterSettings | None = None) -> None:
-        """Remember an accepted completion (and the text typed right after it) for drafting.
+    def pending(self, key: str, file: FileState | None = None) -> bool:
+        return self.places.pending(key, self.place(key, file))
 
-        It joins the n-gram index as the "history" source (priority 2, after the open
-        buffers), bounded to `settings.history_tokens` tokens, oldest entries dropped, so
-        a pattern the user accepted once is proposed again in any file.
-        """
-        if self.generator.drafts:
-            self.buffers.accept(self.lm.encode(text + after), (settings or self.settings).history_tokens)
+    def place_fits(self, key: str, text: str, line: int, col: int, file: FileState | None = None) -> bool:
+        return self.places.place_fits(self.place(key, file), text, line, col)
 
-    def history(self) -> list[str]:
-        return [self.lm.decode(ids) for ids in self.buffers.history()]
+    def continue_place(self, key: str, cancel: threading.Event | None = None, file: FileState | None = None,
+                       ctx: RequestContext | None = None) -> bool:
+        return self.places.continue_place(key, self.place(key, file), cancel=cancel, ctx=ctx)
 
-    # -- completion -----------------------------------------------------------------------
-    def draft_model(self, spec: str | None = None):
-        """The draft model of `spec` (default: settings.draft_model), loaded once per spec."""
-        spec = spec or self.settings.draft_model
-        if spec not in self._draft_models:
-            if self._load_model is None:
-                raise ValueError("this completer was built without a model loader: no draft model can be loaded")
-            where = self.lm.describe()
-            self._draft_models[spec] = self._load_model(spec, device=where["device"], dtype=where["dtype"],
-                                                        backend=where["backend"])
-        return self._draft_models[spec]
+    def check_place(self, key: str, file: FileState | None = None) -> dict | None:
+        return self.places.check_place(key, self.place(key, file))
 
-    def drafter_for(self, name: str | None, draft_model: str | None = None):
-        """The drafter called `name` (drafters/registry.py) with the draft model `draft_model` (default:
-        the settings'), built once per draft-model spec; None for plain decoding or a model that
-        generates elsewhere.
-
-        A draft model whose tokenizer is not the target's raises
-        drafters.model_drafter.TokenizerMismatch (a ValueError).
-        """
-        name = name or self.settings.drafter
-        if not self.generator.drafts:
-            return None
-        spec = draft_model or self.settings.draft_model
-        key = (name, spec)
-        if key not in self._drafters:
-            def policy():
-                if self.engine.speculation is None:
-                    self.engine.calibrate()
-                return self.engine.speculation
-
-            ctx = DraftContext(ngram=self.ngram, target=self.lm, draft_model=lambda: self.draft_model(spec),
-                               policy=policy, get=self.drafter_for)
-            self._drafters[key] = make_drafter(name, ctx)
-        return self._drafters[key]
-
-    def hybrids(self) -> list:
-        """The hybrid drafters built so far (one per draft-model spec), for reports."""
-        return [d for (name, _), d in self._drafters.items() if name == "hybrid"]
-
-    def prompt_for(self, text: str, line: int, col: int, *, name: str | None = None, cache_key: str | None = None,
-                   others: list[tuple[str, str]] | None = None, settings: CompleterSettings | None = None,
-                   file: FileState | None = None) -> Prompt:
-        """The prompt `complete` sends to the engine for this position (idle prefill warms this one).
-
-        The typed text is healed (context.py `healed_tail`): the prompt ends at the last token
-        boundary before the cursor and the model writes the rest under a constraint
-        (lsp_server/decoding/healing.py), so `e` can become `else` and the prompt stays the
-        same while the user types inside a word. A generator that cannot be constrained (a
-        remote engine) gets the trailing blanks healed only. The document's prompt window
-        (context.py) is read and moved as for a completion.
-        """
-        if others is None:
-            others = [(n, t) for n, t in self._buffers.items() if n != name]
-        heal = "token" if self.generator.constrains else "blanks"
-        state = self._file(file, name or cache_key)
-        s = settings or self.settings
-        if state is not None and s.whole_file and self.generator.resumable:
-            # What the KV may lack: at most half the window's lines above, so a place costs no more than the window.
-            rules = replace(self.whole, gap=min(self.whole.gap, max(32, self.budget_for(s).above // 2)))
-            whole = whole_prompt(self.lm, text, line, col, state.prefix, path=name, window=state.window, heal=heal,
-                                 rules=rules, block=self.lm.block)
-            if whole is not None:
-                return whole
-        return build_prompt(self.lm, text, line, col, others=others, path=name,
-                            budget=self.budget_for(settings or self.settings),
-                            window=state.window if state is not None else None, heal=heal)
-
-    def warm(self, text: str, line: int, col: int, *, name: str | None = None, cache_key: str,
-             cancel: threading.Event | None = None, chunk: int = 32,
-             others: list[tuple[str, str]] | None = None, settings: CompleterSettings | None = None,
-             file: FileState | None = None, ctx: RequestContext | None = None) -> Stats:
-        """Prefill the prompt of a completion at (line, col) without decoding (idle prefill).
-
-        The same prompt `complete` would build, into the same cache: a request there then
-        prefills nothing, and one that cancels this keeps what it finished (Engine.warm).
-        """
-        prompt = self.prompt_for(text, line, col, name=name, cache_key=cache_key, others=others, settings=settings,
-                                 file=file)
-        ids = prompt.ids
-        cached = self.generator.cached_ids(cache_key) if line == 0 and prompt.stable_end > 0 else None
-        if cached is not None and prompt.stable[: len(cached)] == cached:
-            # Aimed at the first line of a document whose cache holds no place yet (didOpen aims there): warm
-            # what the prompt of every place below the file's head starts with (head.py), not the prompt of
-            # line 1, which holds no lines above. Once a place was asked, its cache serves the requests there.
-            ids = [*prompt.stable, 0]  # (Engine.warm prefills all but the last id)
-        self._seed(prompt, file, name or cache_key, cache_key)
-        return self.generator.warm(ids, cache_key, cancel=cancel, chunk=chunk, ctx=ctx)
-
+    # -- completion ------------------------------------------------------------------------------
     def complete(self, text: str, line: int, col: int, *, name: str | None = None, options: DecodeOptions | None = None,
                  drafter: str | None = None, cancel: threading.Event | None = None, cache_key: str | None = None,
                  others: list[tuple[str, str]] | None = None, hold: threading.Event | None = None,
@@ -306,25 +249,26 @@ class Completer:
         t0 = time.perf_counter()
         opts = options or DecodeOptions()
         s = settings or self.settings
-        state = self._file(file, cache_key)
+        state = self.files.of(file, cache_key)
         if cache_key is not None and s.type_through:
-            hit = self._from_place(text, line, col, cache_key, state, opts, cancel, ctx)
+            hit = self.places.from_place(text, line, col, cache_key, state.place if state is not None else None, opts,
+                                         cancel, ctx)
             if hit is not None:
                 hit.latency_ms = (time.perf_counter() - t0) * 1000
                 return hit
         drafter_name = drafter or s.drafter
-        self._drafting = (drafter_name, opts)
+        self.drafters.drafting(drafter_name, opts)
         d = self.drafter_for(drafter_name, s.draft_model)
         if d is not None:
             d.set_options(opts)  # a model drafter samples its drafts as the target samples
         _, typed, after, _ = split_at(text, line, col)
         prompt = self.prompt_for(text, line, col, name=name, cache_key=cache_key, others=others, settings=s,
                                  file=file)
-        self._seed(prompt, file, name or cache_key, cache_key)
+        self.prompts.seed(prompt, file, name or cache_key, cache_key)
         shown_prompt = replace(prompt, typed=typed, after=after)
         heal = prompt.healed
         constraint = Healing(self.vocab_bytes(), heal.encode("utf-8")) if heal and self.generator.constrains else None
-        before, after_cursor = _cut(text, line, col)
+        before, after_cursor = around_cursor(text, line, col)
         place = Place(before, after_cursor, shown_prompt, heal, s.multiline,
                       drafter_name if d is not None else ("none" if self.generator.drafts else "remote"), self.lm.decode)
         deadline = (opts.first_answer_s is not None and opts.greedy and cache_key is not None
@@ -356,7 +300,7 @@ class Completer:
         that the request is answered from it (llama.vim's "speculative FIM", here for the place the
         user is at). Greedy with a deadline only: the generation pauses at its first complete line
         (the deadline's rule) or as soon as `hold` is set (a request or a newer aim came), and a
-        request at the same place resumes it (`_from_place`), so what it shows is what it would
+        request at the same place resumes it (place.py `Places.from_place`), so what it shows is what it would
         have generated itself. Only where the cache holds that prompt (idle prefill warmed it): a
         prefill is not stopped by `hold`, and idle prefill aimed at the top of a document warms
         the file's head instead (`warm`), which the prompt of line 1 would evict. True when a
@@ -372,124 +316,7 @@ class Completer:
                       file=file, ctx=ctx)
         return self.place(cache_key, file) is not None
 
-    # -- the whole file above the place (wholefile.py) ----------------------------------------------
-    def _seed(self, prompt: Prompt, file: FileState | None, key: str | None, cache_key: str | None) -> None:
-        """A whole-file prompt: start the cache of `cache_key` from a copy of the file's prefix KV."""
-        state = self._file(file, key)
-        if prompt.whole and cache_key is not None and state is not None:
-            self.generator.seed(cache_key, state.prefix.kv, prompt.ids)
-
-    def fill(self, text: str, line: int, *, name: str | None = None, key: str | None = None,
-             file: FileState | None = None, cancel: threading.Event | None = None, chunk: int = 32,
-             ctx: RequestContext | None = None) -> Stats | None:
-        """Fill the prefix KV of the file (idle work; wholefile.py `next_fill`), in chunks a set `cancel`
-        stops; None where there is nothing to fill (no engine, no FIM, filled already)."""
-        state = self._file(file, key or name)
-        ids = next_fill(self.lm, self.whole, state.prefix, state.window, text, line, name) \
-            if state is not None and self.lm.fim is not None and self.generator.resumable else None
-        return None if ids is None else self.generator.fill(state.prefix.kv, ids, cancel=cancel, chunk=chunk, ctx=ctx)
-
-    # -- places: one generation answered in pieces (a deadline, its continuation, type-through) ------
-    def place(self, key: str | None, file: FileState | None = None) -> Place | None:
-        """The last generation answered for `key` (in `file`, when given), or None."""
-        state = file if file is not None else (self.files.peek(key) if key is not None else None)
-        return None if state is None else state.place
-
-    def pending(self, key: str, file: FileState | None = None) -> bool:
-        """Whether the generation answered for `key` paused at its deadline and can be finished."""
-        place = self.place(key, file)
-        return place is not None and not place.finished and self.generator.paused(key)
-
-    def place_fits(self, key: str, text: str, line: int, col: int, file: FileState | None = None) -> bool:
-        """Whether the suggestion at `key` could serve a request at (line, col) of `text` (the text
-        after the cursor unchanged, the text typed since is the suggestion's start)."""
-        place = self.place(key, file)
-        if place is None:
-            return False
-        before, after = _cut(text, line, col)
-        return after == place.after and before.startswith(place.before) and \
-            place.text.startswith(before[len(place.before):])
-
-    def continue_place(self, key: str, cancel: threading.Event | None = None, file: FileState | None = None,
-                       ctx: RequestContext | None = None) -> bool:
-        """Finish the paused generation of `key` (idle work); True when it ran. Cancelled, it stays
-        paused: a later call or the next request there goes on from where it stopped."""
-        if not self.pending(key, file):
-            return False
-        place = self.place(key, file)
-        completion = self.generator.resume(key, cancel=cancel, ctx=ctx)
-        if completion is None:
-            return False
-        place.update(self.lm.decode(completion.tokens), completion)
-        self.continued += 1
-        return True
-
-    def check_place(self, key: str, file: FileState | None = None) -> dict | None:
-        """Test hook (the server's `ditto/debug/checkPlace`; the editor replay's check that a deadline
-        and its continuation give one uninterrupted generation): finish the generation answered for
-        `key`, generate its prompt again without a deadline or time limit, and compare the tokens.
-        None when no generation there paused at a deadline. A generation cut short before it wrote
-        anything is no evidence either way: "identical" is None then, not True."""
-        place = self.place(key, file)
-        if place is None or place.again is None or not place.pauses:
-            return None
-        while self.pending(key, file):
-            completion = self.generator.resume(key)
-            if completion is None:
-                break
-            place.update(self.lm.decode(completion.tokens), completion)
-        pieces = place.completion
-        whole = place.again()
-        got, want = list(pieces.tokens), list(whole.tokens)
-        cut = pieces.stats.stop_reason in ("time", "cancelled", "interrupted")  # ended early: a prefix is enough
-        same = got == want or (cut and want[: len(got)] == got)
-        if cut and not got and want:
-            same = None  # cut short with nothing written: the check compared nothing
-        place.again = None  # checked once
-        return {"identical": same, "tokens": len(got), "uninterrupted_tokens": len(want), "pauses": place.pauses,
-                "stop_reason": pieces.stats.stop_reason}
-
-    def _from_place(self, text: str, line: int, col: int, key: str, state: FileState | None, opts: DecodeOptions,
-                    cancel: threading.Event | None, ctx: RequestContext | None) -> Suggestion | None:
-        """The rest of the suggestion at `key` when the user typed its beginning, else None.
-
-        Served only when the text after the cursor is unchanged and the text before it is
-        the old text plus the typed characters, so a suggestion is never served for other
-        surrounding text. A sampled suggestion is not re-served (a new request must draw).
-        When the rest is not generated yet the paused generation resumes to the next
-        complete line (the deadline applies again)."""
-        place = state.place if state is not None else None
-        if place is None or not opts.greedy:
-            return None
-        before, after = _cut(text, line, col)
-        if after != place.after or len(before) < len(place.before) or not before.startswith(place.before):
-            return None
-        if len(before) == len(place.before) and not place.ahead:
-            return None  # asked again where it was shown: a new generation (the user may have dismissed it)
-        typed = before[len(place.before) :]
-        if not place.text.startswith(typed):
-            return None
-        if len(typed) >= len(place.text) or not place.complete_after(len(typed)):
-            if not self.pending(key, state):
-                return None if len(typed) >= len(place.text) else place.answer(len(typed), 0.0, typethrough=True)
-            completion = self.generator.resume(key, cancel=cancel, pause=place.pause_rule(len(typed), opts.first_answer_s),
-                                               ctx=ctx)
-            if completion is None:
-                return None
-            place.update(self.lm.decode(completion.tokens), completion)
-            self.continued += 1
-            if not place.text.startswith(typed) or len(typed) >= len(place.text):
-                return None
-            return place.answer(len(typed), 0.0, resumed=True)
-        return place.answer(len(typed), 0.0, typethrough=True)
-
 
 def _or_held(pause: Callable[[list[int]], bool], hold: threading.Event) -> Callable[[list[int]], bool]:
     """`pause`, or pause at once when `hold` is set (a generation made ahead yields to a request)."""
     return lambda out: hold.is_set() or pause(out)
-
-
-def _cut(text: str, line: int, col: int) -> tuple[str, str]:
-    """The document split at 0-based (line, col): (text before the cursor, text after it)."""
-    above, typed, after, below = split_at(text, line, col)
-    return above + typed, after + below

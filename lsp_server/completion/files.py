@@ -69,6 +69,18 @@ class FileStates:
     def peek(self, key: str) -> FileState | None:
         return self._states.get(key)
 
+    def of(self, file: FileState | None, key: str | None) -> FileState | None:
+        """The per-file state a call uses: the caller's (`file`: the server's document session owns
+        one per document), else the one kept here for `key` (made on first use); None without either."""
+        if file is not None:
+            return file
+        return None if key is None else self.get(key)
+
+    def place(self, key: str | None, file: FileState | None = None) -> Place | None:
+        """The last generation answered for `key` (in `file`, when given), or None."""
+        state = file if file is not None else (self.peek(key) if key is not None else None)
+        return None if state is None else state.place
+
     def forget(self, key: str) -> None:
         self._states.pop(key, None)
 

@@ -5,7 +5,7 @@ A place not visited yet costs its whole prompt in prefill, on one CPU core about
 comments: its imports, usually) are the same at every place in it, so the prompt of every place
 below them opens with their tokens (context.py, layout) and the engine reuses their cache from
 the last place asked in the file, or from idle prefill when the file was opened
-(completer.py `warm`). Their tokens come out of the lines-above window (`ContextBudget.file_head`):
+(prompts.py `warm`). Their tokens come out of the lines-above window (`ContextBudget.file_head`):
 a new place costs that many fewer, for the same first lines right on the replay requests they
 were measured on (docs/perf/README.md, 2026-12-04).
 

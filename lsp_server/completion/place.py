@@ -1,19 +1,27 @@
-"""A suggestion, and the generation it comes from (`Place`): one generation at one cursor position,
-answered in pieces (at a deadline, then from its continuation, then by type-through).
+"""A suggestion, the generation it comes from (`Place`), and a place's life (`Places`).
 
-Left out on purpose: prompts (context.py), the model and the engine (the Completer drives them;
-lsp_server/completion/completer.py).
+A `Place` is one generation at one cursor position, answered in pieces: at a deadline, then from
+its continuation, then by type-through. `Places` is what happens to it after its first answer:
+a request whose text before the cursor is the old one plus a start of the suggestion is answered
+from it (`from_place`: at once when the rest is there, else by resuming the paused generation),
+idle work finishes a paused generation (`continue_place`), and the test hook compares the pieces
+with one uninterrupted generation (`check_place`). The places themselves live in the files'
+states (files.py `FileState.place`); the Completer looks them up and hands them in.
+
+Left out on purpose: prompts (context.py, prompts.py), which drafter (drafting.py), and starting
+a generation (the Completer's `complete`, lsp_server/completion/completer.py).
 """
 
 from __future__ import annotations
 
+import threading
 import time
 from dataclasses import dataclass, replace
 from typing import Callable
 
-from lsp_server.completion.context import Prompt
+from lsp_server.completion.context import Prompt, split_at
 from lsp_server.completion.stops import finish, ghost_cut
-from lsp_server.decoding.types import Completion, Stats
+from lsp_server.decoding.types import Completion, DecodeOptions, RequestContext, Stats
 
 _PARTIAL = "\ufffd"  # what decoding shows for the first bytes of a character not yet complete
 
@@ -165,6 +173,107 @@ class Place:
                           notice=notice, continuing=not self.finished, resumed=resumed, ahead=ahead,
                           from_continuation=(typethrough or resumed) and not ahead and bool(shown)
                           and offset + len(shown) > self.first)
+
+
+class Places:
+    """A place's life after its first answer (module docstring), on the Completer's generation step
+    (`generator`: `paused(key)`, `resume(key, ...)`); `decode` writes the model's tokens as text.
+    Each call gets the place answered for `key` (None where there is none)."""
+
+    def __init__(self, generator, decode: Callable[[list[int]], str]):
+        self.generator = generator
+        self.decode = decode
+        self.continued = 0  # generations resumed after their deadline (idle work or a request)
+
+    def pending(self, key: str, place: Place | None) -> bool:
+        """Whether the generation answered for `key` paused at its deadline and can be finished."""
+        return place is not None and not place.finished and self.generator.paused(key)
+
+    @staticmethod
+    def place_fits(place: Place | None, text: str, line: int, col: int) -> bool:
+        """Whether the suggestion of `place` could serve a request at (line, col) of `text` (the text
+        after the cursor unchanged, the text typed since is the suggestion's start)."""
+        if place is None:
+            return False
+        before, after = around_cursor(text, line, col)
+        return after == place.after and before.startswith(place.before) and \
+            place.text.startswith(before[len(place.before):])
+
+    def continue_place(self, key: str, place: Place | None, cancel: threading.Event | None = None,
+                       ctx: RequestContext | None = None) -> bool:
+        """Finish the paused generation of `key` (idle work); True when it ran. Cancelled, it stays
+        paused: a later call or the next request there goes on from where it stopped."""
+        if not self.pending(key, place):
+            return False
+        completion = self.generator.resume(key, cancel=cancel, ctx=ctx)
+        if completion is None:
+            return False
+        place.update(self.decode(completion.tokens), completion)
+        self.continued += 1
+        return True
+
+    def check_place(self, key: str, place: Place | None) -> dict | None:
+        """Test hook (the server's `ditto/debug/checkPlace`; the editor replay's check that a deadline
+        and its continuation give one uninterrupted generation): finish the generation answered for
+        `key`, generate its prompt again without a deadline or time limit, and compare the tokens.
+        None when no generation there paused at a deadline. A generation cut short before it wrote
+        anything is no evidence either way: "identical" is None then, not True."""
+        if place is None or place.again is None or not place.pauses:
+            return None
+        while self.pending(key, place):
+            completion = self.generator.resume(key)
+            if completion is None:
+                break
+            place.update(self.decode(completion.tokens), completion)
+        pieces = place.completion
+        whole = place.again()
+        got, want = list(pieces.tokens), list(whole.tokens)
+        cut = pieces.stats.stop_reason in ("time", "cancelled", "interrupted")  # ended early: a prefix is enough
+        same = got == want or (cut and want[: len(got)] == got)
+        if cut and not got and want:
+            same = None  # cut short with nothing written: the check compared nothing
+        place.again = None  # checked once
+        return {"identical": same, "tokens": len(got), "uninterrupted_tokens": len(want), "pauses": place.pauses,
+                "stop_reason": pieces.stats.stop_reason}
+
+    def from_place(self, text: str, line: int, col: int, key: str, place: Place | None, opts: DecodeOptions,
+                   cancel: threading.Event | None, ctx: RequestContext | None) -> Suggestion | None:
+        """The rest of the suggestion of `place` when the user typed its beginning, else None.
+
+        Served only when the text after the cursor is unchanged and the text before it is
+        the old text plus the typed characters, so a suggestion is never served for other
+        surrounding text. A sampled suggestion is not re-served (a new request must draw).
+        When the rest is not generated yet the paused generation resumes to the next
+        complete line (the deadline applies again)."""
+        if place is None or not opts.greedy:
+            return None
+        before, after = around_cursor(text, line, col)
+        if after != place.after or len(before) < len(place.before) or not before.startswith(place.before):
+            return None
+        if len(before) == len(place.before) and not place.ahead:
+            return None  # asked again where it was shown: a new generation (the user may have dismissed it)
+        typed = before[len(place.before) :]
+        if not place.text.startswith(typed):
+            return None
+        if len(typed) >= len(place.text) or not place.complete_after(len(typed)):
+            if not self.pending(key, place):
+                return None if len(typed) >= len(place.text) else place.answer(len(typed), 0.0, typethrough=True)
+            completion = self.generator.resume(key, cancel=cancel, pause=place.pause_rule(len(typed), opts.first_answer_s),
+                                               ctx=ctx)
+            if completion is None:
+                return None
+            place.update(self.decode(completion.tokens), completion)
+            self.continued += 1
+            if not place.text.startswith(typed) or len(typed) >= len(place.text):
+                return None
+            return place.answer(len(typed), 0.0, resumed=True)
+        return place.answer(len(typed), 0.0, typethrough=True)
+
+
+def around_cursor(text: str, line: int, col: int) -> tuple[str, str]:
+    """The document split at 0-based (line, col): (text before the cursor, text after it)."""
+    above, typed, after, below = split_at(text, line, col)
+    return above + typed, after + below
 
 
 def _has_complete_line(text: str) -> bool:

@@ -8,7 +8,7 @@ survive and the token appended after them.
   rejection sample from p with d removed and renormalised; bonus token from p;
 - sampling, draft model with distribution q: accept with min(1, p(d)/q(d)); on rejection sample
   from norm(max(p - q, 0)).
-Temperature, top-k and top-p are applied to p first (drafters/probs.py, the one filter).
+Temperature, top-k and top-p are applied to p first (lsp_server/decoding/probs.py, the one filter).
 `sureness` reads from the same rows how sure the model was of the tokens they decided.
 Left out on purpose: passes, caches, the loop (engine.py).
 """
@@ -18,7 +18,7 @@ from __future__ import annotations
 import torch
 
 from drafters.base import Proposal
-from drafters.probs import filtered_probs
+from lsp_server.decoding.probs import filtered_probs
 from lsp_server.decoding.types import DecodeOptions
 
 

@@ -4,7 +4,7 @@ Torch only; knows nothing of LSP or tokenizers' text. One `Engine` wraps one loa
 model (the backend interface of lsp_server/backends/base.py: forward over new tokens with the
 logits of the last rows, new_cache, crop, release, stop_ids) and is used from one thread
 (the scheduler's model worker). How much of a draft to verify is the speculation
-policy's choice (drafters/speculation.py); the engine times each target pass and tells
+policy's choice (lsp_server/decoding/speculation.py); the engine times each target pass and tells
 the policy (its live estimate of the pass costs), and has every offered draft scored
 against the tokens the target produced.
 
@@ -38,7 +38,7 @@ from typing import Callable, Sequence
 import torch
 
 from drafters.base import Drafter, Proposal
-from drafters.speculation import Speculation, measure_pass_costs
+from lsp_server.decoding.speculation import Speculation, measure_pass_costs
 from lsp_server.decoding.accept import accept, sureness
 from lsp_server.decoding.healing import Healing
 from lsp_server.decoding.state import KV, Call, Loop, completion
@@ -89,7 +89,7 @@ class Engine:
             self.lm.release(self._kv.popitem()[1].cache)
 
     def calibrate(self, n_max: int = 9, reps: int = 3, context: Sequence[int] | None = None) -> dict[int, float]:
-        """Measure T(n) (drafters/speculation.py measure_pass_costs) and use it; returns {n: ms}."""
+        """Measure T(n) (lsp_server/decoding/speculation.py measure_pass_costs) and use it; returns {n: ms}."""
         with self._lock:
             costs = measure_pass_costs(self.lm, n_max=n_max, reps=reps, context=context)
         return dict(self.use_costs(costs).shape)  # the costs in use (n T(1) on a serial_rows backend)
@@ -423,7 +423,7 @@ class Engine:
                 self.lm.crop(state.cache, len(state.ids))
             ms = (time.perf_counter() - t) * 1000
             if spec is not None:
-                spec.observe_pass(rows, ms)  # the live estimate of T(n) (drafters/speculation.py)
+                spec.observe_pass(rows, ms)  # the live estimate of T(n) (lsp_server/decoding/speculation.py)
             stats.target_passes += 1
             stats.drafted += len(draft)
             stats.accepted += n_acc

@@ -15,7 +15,7 @@ from typing import Callable
 import torch
 
 from drafters.base import Drafter
-from drafters.speculation import Speculation
+from lsp_server.decoding.speculation import Speculation
 from lsp_server.decoding.healing import Healing
 from lsp_server.decoding.types import Completion, DecodeOptions, RequestContext, Round, Stats, StopRule
 

@@ -3,7 +3,7 @@
 A drafter may propose a tree (`Proposal.tree`, drafters/base.py): draft token i continues
 draft token tree[i] (-1: the last token of the sequence), listed best first, each after its
 parent, so that any prefix of the list is a tree too (the policy trims a tree that way,
-drafters/speculation.py). One pass runs the root (the sequence's last token) and every node,
+lsp_server/decoding/speculation.py). One pass runs the root (the sequence's last token) and every node,
 each row at its own depth's position and seeing only its ancestors (the backend's tree pass,
 lsp_server/backends/base.py `trees`). Greedy acceptance walks down from the root: while a child
 of the current row holds the target's argmax there, go to it. The accepted path is the longest

@@ -30,7 +30,7 @@ class DecodeOptions:
     prefill_chunk: int = 512  # tokens per prefill pass; cancellation is checked between chunks
     adaptive: bool = True  # choose each draft's length from measured pass costs (needs Engine.calibrate)
     # Answer as soon as the suggestion's first line is complete, or this long into decoding, and
-    # finish the rest later (lsp_server/completion/completer.py `Place`); None: answer at the end.
+    # finish the rest later (lsp_server/completion/place.py `Place`); None: answer at the end.
     first_answer_s: float | None = None
 
     @property

@@ -431,7 +431,7 @@ def test_the_open_buffers_are_indexed_only_while_a_draft_could_pay(lm):
     """No index work where the drafter would not be consulted (issue 24, "no cost where no draft
     can pay"): on pass costs T(n) = n T(1), as llama.cpp's one-row verification on a CPU, the
     default drafter does what drafting off does. Costs where drafts pay bring the index back."""
-    from drafters.speculation import Speculation
+    from lsp_server.decoding.speculation import Speculation
 
     doc = "def area(width, height):\n    return width * height\n" * 40
     c = Completer(lm)

@@ -12,7 +12,7 @@ import pytest
 import torch
 
 from drafters import NGramDrafter, Proposal
-from drafters.speculation import Speculation
+from lsp_server.decoding.speculation import Speculation
 from lsp_server.decoding.types import DecodeOptions
 from lsp_server.decoding.engine import Engine
 from lsp_server.backends.tiny import tiny_random
@@ -353,7 +353,7 @@ def test_speculation_learns_acceptance_and_recovers():
     assert spec.acceptance[("ngram", 2)] < 0.05
     assert spec.choose(Proposal([1, 2, 3], "context", match_len=2), "ngram") == 0
     assert spec.choose(Proposal([1, 2, 3], "context", match_len=2), "model") > 0  # another drafter keeps its own
-    # Offered drafts are scored whether or not they are verified (drafters/speculation.py
+    # Offered drafts are scored whether or not they are verified (lsp_server/decoding/speculation.py
     # Scorer): when such drafts turn out right again, drafting resumes.
     for _ in range(60):
         spec.observe(two, verified=3, accepted=3, drafter="ngram")

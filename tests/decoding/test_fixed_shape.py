@@ -16,7 +16,7 @@ import pytest
 import torch
 
 from drafters import NGramDrafter
-from drafters.speculation import Speculation
+from lsp_server.decoding.speculation import Speculation
 from lsp_server.backends.base import ModelError
 from lsp_server.decoding.types import DecodeOptions
 from lsp_server.decoding.engine import Engine

@@ -9,7 +9,7 @@ import random
 import pytest
 import torch
 
-from drafters.probs import filtered_probs
+from lsp_server.decoding.probs import filtered_probs
 from lsp_server.backends.tiny import tiny_random, tiny_random_model
 from lsp_server.backends.torch.model import TorchModel
 from lsp_server.completion.completer import Completer, CompleterSettings

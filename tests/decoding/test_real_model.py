@@ -30,8 +30,8 @@ import torch
 
 from drafters import NGramDrafter
 from drafters.model_drafter import HybridDrafter, ModelDrafter
-from drafters.probs import filtered_probs
-from drafters.speculation import Speculation
+from lsp_server.decoding.probs import filtered_probs
+from lsp_server.decoding.speculation import Speculation
 from ditto_bench.runinfo import budget
 from lsp_server.completion.context import ContextBudget, build_prompt
 from lsp_server.decoding.types import DecodeOptions

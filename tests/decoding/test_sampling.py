@@ -13,7 +13,7 @@ import pytest
 import torch
 
 from drafters import NGramDrafter, Proposal
-from drafters.probs import filtered_probs
+from lsp_server.decoding.probs import filtered_probs
 from lsp_server.decoding.types import DecodeOptions
 from lsp_server.decoding.engine import Engine
 import lsp_server.decoding.engine as engine_module

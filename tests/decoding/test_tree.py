@@ -16,7 +16,7 @@ import pytest
 import torch
 
 from drafters.base import Proposal
-from drafters.speculation import Speculation
+from lsp_server.decoding.speculation import Speculation
 from lsp_server.backends.tiny import tiny_random
 from lsp_server.backends.torch.model import TorchModel
 from lsp_server.decoding.engine import Engine

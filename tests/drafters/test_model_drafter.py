@@ -13,8 +13,8 @@ import torch
 
 from drafters import NGramDrafter, Proposal
 from drafters.model_drafter import HybridDrafter, ModelDrafter, TokenizerMismatch, check_same_tokenizer
-from drafters.probs import filtered_probs
-from drafters.speculation import Speculation, measure_draft_costs, measure_pass_costs
+from lsp_server.decoding.probs import filtered_probs
+from lsp_server.decoding.speculation import Speculation, measure_draft_costs, measure_pass_costs
 from lsp_server.completion.completer import HISTORY, Completer
 from lsp_server.decoding.types import DecodeOptions
 from lsp_server.decoding.engine import Engine
@@ -127,7 +127,7 @@ def test_greedy_hybrid_equals_drafting_off(lm, other, seed):
             assert spec.tokens == ref.tokens
         consulted = hybrid.stats.ngram + hybrid.stats.model + hybrid.stats.none
         # DEAR_DRAFT's verify passes cost more than their rows one by one: no draft length can pay, so
-        # the engine does not consult the drafter at all (drafters/speculation.py can_pay).
+        # the engine does not consult the drafter at all (lsp_server/decoding/speculation.py can_pay).
         assert consulted > 0 if make is CHEAP_VERIFY else consulted == 0
 
 
@@ -483,7 +483,7 @@ async def test_server_turns_an_inserted_suggestion_into_history(lm):
 def test_engine_does_not_cut_a_model_draft_short(lm):
     """Adaptive speculation must not trim a model draft after its passes were paid."""
     engine = Engine(lm)
-    # A 2-row pass at 1.7 x one row (so drafting can pay at all, drafters/speculation.py can_pay), longer
+    # A 2-row pass at 1.7 x one row (so drafting can pay at all, lsp_server/decoding/speculation.py can_pay), longer
     # ones dear: the policy would trim an unpaid draft to one token or none.
     engine.speculation = Speculation({1: 10.0, 2: 17.0, 3: 60.0, 9: 900.0}, learn=False)  # not the clock
     drafter = ModelDrafter(lm, target=lm)

@@ -1,11 +1,11 @@
-"""The default drafter (drafters/suffix.py) and the pricing of weighted drafts (drafters/nodes.py)."""
+"""The default drafter (drafters/suffix.py) and the pricing of weighted drafts (lsp_server/decoding/nodes.py)."""
 
 import random
 
 from drafters.base import Drafter, Proposal
 from drafters.ngram import NGramDrafter
-from drafters.nodes import NodeRates, NodeScorer, depths, order_and_count
-from drafters.speculation import Speculation
+from lsp_server.decoding.nodes import NodeRates, NodeScorer, depths, order_and_count
+from lsp_server.decoding.speculation import Speculation
 from drafters.suffix import SEPARATOR, SuffixDrafter
 
 

@@ -6,7 +6,7 @@ from __future__ import annotations
 
 import torch
 
-from drafters.probs import filtered_probs
+from lsp_server.decoding.probs import filtered_probs
 
 V = 8
 LENGTH = 3

@@ -95,6 +95,10 @@ class TorchModel(TensorBackend):
         self.cuda_graphs = cuda_graphs
         self.tree_passes = tree_passes  # None: the default of `trees`
         self._pool: list[StaticKV] = []
+        # Tree passes armed by `tree_next` for the next forward over a cache: id(cache) -> (cache, parents).
+        # The backend's own state, not an attribute on the cache (a transformers object); the entry holds
+        # the cache, so its id cannot be reused before the pass or `release` takes the entry out.
+        self._armed: dict[int, tuple[object, list[int]]] = {}
         self._graph_pool = None
         # One capacity for every static cache of this model: the attended length is part of
         # a pass's shape, so two caches of different capacities need not give the same bits.
@@ -260,7 +264,8 @@ class TorchModel(TensorBackend):
         if not 1 <= last <= n:
             raise ValueError(f"last must be in 1..{n}, got {last}")
         pos = cache.get_seq_length()
-        tree = cache.__dict__.pop("_tree", None)  # armed by tree_next for this pass
+        armed = self._armed.pop(id(cache), None)  # armed by tree_next for this pass
+        tree = None if armed is None else armed[1]
         if tree is not None:
             if len(tree) != n or last != n:
                 raise ValueError(f"a tree pass of {len(tree)} rows got {n} tokens and last={last}")
@@ -281,8 +286,9 @@ class TorchModel(TensorBackend):
     def tree_next(self, cache, parents: Sequence[int]) -> None:
         """Make the next `forward` over `cache` a tree pass (tree.py): row j > 0 continues row
         parents[j] < j, sits at its depth's position and sees only the cache and its ancestors.
-        Armed on the cache, so the pass itself goes through `forward` (and any wrapper of it)."""
-        cache._tree = trees.check_parents(parents)
+        Armed for that cache in the backend's own table, so the pass itself goes through `forward`
+        (and any wrapper of it)."""
+        self._armed[id(cache)] = (cache, trees.check_parents(parents))
 
     @torch.inference_mode()
     def keep_rows(self, cache, start: int, rows: Sequence[int]) -> None:
@@ -353,6 +359,8 @@ class TorchModel(TensorBackend):
     def release(self, cache) -> None:
         # A DynamicCache is plain tensors: garbage collection frees it. A static cache goes
         # back to the pool with its graphs (capturing again would cost more than the buffers).
+        # A tree pass armed for it and never run goes (a pooled cache comes back unarmed).
+        self._armed.pop(id(cache), None)
         if isinstance(cache, StaticKV) and len(self._pool) < self.STATIC_POOL and cache not in self._pool:
             cache.length = 0
             self._pool.append(cache)

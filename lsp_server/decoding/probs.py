@@ -1,8 +1,10 @@
 """The one probability filter: temperature, top-k and top-p applied to logits.
 
-Used by the engine for the target's p and by the draft model for its q: the sampling
-acceptance rule is exact only if both sides filter the same way (docs/design.md,
-"Exactness"). Needs torch, like drafters/model_drafter.py; the rest of drafters/ does not.
+Used by the engine for the target's p (accept.py) and by the draft model for its q
+(drafters/model_drafter.py): the sampling acceptance rule is exact only if both sides filter
+the same way (docs/design.md, "Exactness"). A leaf (torch only), so that the draft-model
+drafter may import it and nothing else of the server (tests/test_architecture.py `ALLOWED`).
+Left out on purpose: sampling itself and the acceptance rule (accept.py).
 """
 
 from __future__ import annotations

@@ -59,7 +59,7 @@ import time
 from typing import Sequence
 
 from drafters.base import Proposal
-from drafters.nodes import NodeRates, NodeScorer, order_and_count
+from lsp_server.decoding.nodes import NodeRates, NodeScorer, order_and_count
 
 
 class Speculation:
@@ -95,7 +95,7 @@ class Speculation:
         self.acceptance: dict[tuple[str, int], float] = {}  # (drafter or paid source, bucket) -> a1
         self.continuation: dict[tuple[str, int], float] = {}  # (drafter or paid source, bucket) -> ac
         self.observed: dict[tuple[str, int], int] = {}  # drafts scored per key
-        self.nodes = NodeRates()  # weighted drafts (trees): each node's chance, learned (drafters/nodes.py)
+        self.nodes = NodeRates()  # weighted drafts (trees): each node's chance, learned (lsp_server/decoding/nodes.py)
 
     # -- costs ----------------------------------------------------------------------------
     def set_costs(self, costs_ms: dict[int, float]) -> None:
@@ -339,7 +339,7 @@ class Scorer:
         self.policy = policy
         self.drafter = drafter
         self.pending: list[tuple[Proposal, list[int], int]] = []
-        self.nodes = NodeScorer(policy.nodes)  # weighted drafts: every node (drafters/nodes.py)
+        self.nodes = NodeScorer(policy.nodes)  # weighted drafts: every node (lsp_server/decoding/nodes.py)
 
     def offer(self, proposal: Proposal, at: int) -> None:
         if proposal.tokens and proposal.weights is not None and not proposal.paid:

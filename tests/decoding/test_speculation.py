@@ -1,4 +1,4 @@
-"""The speculation policy (drafters/speculation.py): learned pass costs, scored drafts, the net rule.
+"""The speculation policy (lsp_server/decoding/speculation.py): learned pass costs, scored drafts, the net rule.
 
 Every cost here is injected: no test reads the wall clock (the engine test checks which
 passes were reported, never how long they took).
@@ -9,7 +9,7 @@ import random
 import pytest
 
 from drafters import NGramDrafter, Proposal
-from drafters.speculation import Speculation
+from lsp_server.decoding.speculation import Speculation
 from lsp_server.decoding.types import DecodeOptions
 from lsp_server.decoding.engine import Engine
 from lsp_server.backends.tiny import tiny_random

@@ -10,7 +10,7 @@ E(n) = 1 + sum over those nodes of the product of c along the node's path. c is 
 was, first level only; the share's bucket) as a moving average, from every offered node whose
 parent turned out right (`NodeScorer`), whether or not it was verified. The pass over n nodes
 costs T(n + 1); the policy verifies the n with the most net tokens, E(n) - T(n + 1) / T(1)
-(drafters/speculation.py, the same renewal-reward rule as for chains).
+(lsp_server/decoding/speculation.py, the same renewal-reward rule as for chains).
 
 Pure Python: no torch, no LSP.
 """
@@ -127,7 +127,7 @@ def order_and_count(proposal: Proposal, probs: list[float], net: Callable[[float
 
 class NodeScorer:
     """Scores every node of the weighted drafts offered in one generation against what the target
-    produced: a node whose parent was right is observed right or wrong (drafters/speculation.py
+    produced: a node whose parent was right is observed right or wrong (lsp_server/decoding/speculation.py
     `Scorer` does the same for chains)."""
 
     def __init__(self, rates: NodeRates):
