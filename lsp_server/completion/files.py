@@ -1,6 +1,6 @@
 """What one file keeps between completions: its prompt window and its place (`FileState`).
 
-The server's document session owns one `FileState` per open document (lsp_server/lsp/documents.py)
+The server's model worker owns one `FileState` per open document (lsp_server/lsp/worker/state.py)
 and hands it to every Completer call for that document, so that per-file state lives with the
 document and goes with it when it closes. Callers without a document session (the command
 line, the benchmark, tests) name files by key instead, and the Completer keeps their states in
@@ -70,8 +70,8 @@ class FileStates:
         return self._states.get(key)
 
     def of(self, file: FileState | None, key: str | None) -> FileState | None:
-        """The per-file state a call uses: the caller's (`file`: the server's document session owns
-        one per document), else the one kept here for `key` (made on first use); None without either."""
+        """The per-file state a call uses: the caller's (`file`: the server's model worker owns
+        one per open document), else the one kept here for `key` (made on first use); None without either."""
         if file is not None:
             return file
         return None if key is None else self.get(key)

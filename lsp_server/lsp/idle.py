@@ -2,7 +2,7 @@
 (docs/design.md, "Prompt layout and windows").
 
 In order (after one slice of indexing, so that it goes on however often requests stop the rest):
-1. finish the suggestion answered at its deadline (lsp_server/completion/completer.py `Place`),
+1. finish the suggestion answered at its deadline (lsp_server/completion/place.py `Place`),
    while the document still fits it (what was typed since is the start of the suggestion):
    the next request there is then served from it at once;
 2. prefill the prompt of the place the user is at (the newest aim), so the next request there
@@ -16,7 +16,7 @@ In order (after one slice of indexing, so that it goes on however often requests
    requests there get the whole file above their place for the cost of their suffix;
 4. index the open buffers for the drafter, a slice at a time (`index`; a request waits for at
    most one slice), only while a draft could pay
-   (lsp_server/completion/completer.py `index_wanted`).
+   (lsp_server/completion/drafting.py `index_wanted`).
 
 Every request stops idle work after one model pass or prefill chunk and goes on from what it
 did; `ditto/stats` counts the runs and the requests each served. Each piece of model work names
