@@ -31,6 +31,7 @@ from lsp_server.nextedit import PROPOSERS  # the next-edit proposers' names
 from lsp_server.backends.loader import BACKENDS
 from lsp_server.completion.context import ContextBudget  # plain Python: no torch at import
 from lsp_server.completion.settings import CompleterSettings  # plain Python too
+from lsp_server.completion.show import RULES, SHOW_CHOICES  # plain Python too
 
 DEBUG_PREFIX = "debug_"  # settings named so are test hooks, off unless `serve --debug-hooks`
 CLI_ONLY = ("debug_hooks",)  # settable by `ditto-lsp serve` flags only, never by a client
@@ -77,6 +78,13 @@ class Settings:
     # user pauses (completion/place.py Place; None = answer when the whole suggestion is there).
     first_answer_s: float | None = 1.0
     multiline: bool = True  # ghost text may span lines (until the current block ends)
+    # What of a suggestion is shown (completion/show.py): all = everything the model wrote; sure = up to where
+    # it becomes unsure, nothing when it is unsure from the start; surest = less still. Chosen by measurement
+    # (docs/design.md, "What to show"): sure halves the wrong suggestions on screen for a little of what is kept.
+    show: str = "sure"
+    # Let the `show` limit follow what this user keeps (lsp_server/lsp/shown.py): accepted suggestions show a
+    # little more, typed-over ones a little less, within completion/show.py BIAS_LIMIT; kept per workspace.
+    learn_show: bool = True
     adaptive: bool = True  # choose each draft's length from measured pass costs; False = verify draft_max tokens
     idle_prefill: bool = True  # prefill the likely next prompt, then generate its suggestion, while the user pauses
     # The whole file above the place from a warm KV per open file, filled while the user pauses
@@ -127,7 +135,7 @@ class Settings:
         return CompleterSettings(drafter=self.drafter, multiline=self.multiline, draft_model=self.draft_model,
                                  budget=ContextBudget.scaled(self.context_tokens, self.snippets)
                                  if self.context_tokens else None, snippets=self.snippets,
-                                 whole_file=self.whole_file)
+                                 whole_file=self.whole_file, show=RULES[self.show])
 
     # -- the names ---------------------------------------------------------------------------
     @classmethod
@@ -201,6 +209,7 @@ class Settings:
         checks = [
             ("drafter", self.drafter in DRAFTERS, f"one of {', '.join(DRAFTERS)}"),
             ("next_edit_proposer", self.next_edit_proposer in PROPOSERS, f"one of {', '.join(PROPOSERS)}"),
+            ("show", self.show in SHOW_CHOICES, f"one of {', '.join(SHOW_CHOICES)}"),
             ("draft_model", bool(self.draft_model.strip()), "a non-empty model spec"),
             ("max_tokens", self.max_tokens >= 1, ">= 1"),
             ("context_tokens", self.context_tokens == 0 or self.context_tokens >= 64, "0 (fitted) or >= 64"),
@@ -232,12 +241,12 @@ class Settings:
 _CLI_DEST = {"time_budget_s": "time_budget"}
 _CLI_JSON = ("remote",)  # a JSON object on the command line
 _CLI_NEGATED = {"multiline": "single_line", "adaptive": "no_adaptive", "idle_prefill": "no_idle_prefill",
-                "next_edit": "no_next_edit"}  # key = not args.<flag>
+                "next_edit": "no_next_edit", "learn_show": "no_learn_show"}  # key = not args.<flag>
 
 
 _TYPES = {
     "model": str, "device": str, "dtype": str, "backend": str, "drafter": str, "draft_model": str, "snippets": str,
-    "next_edit_proposer": str,
+    "next_edit_proposer": str, "show": str, "learn_show": bool,
     "trust_remote_code": bool, "multiline": bool, "adaptive": bool, "idle_prefill": bool, "whole_file": bool, "next_edit": bool,
     "debug_hooks": bool,
     "debug_notify_steps": bool, "debug_documents": bool, "debug_check_places": bool, "debug_fail_forward": bool,

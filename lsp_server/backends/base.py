@@ -230,6 +230,9 @@ class TensorBackend(WholeBlocks):
     # `keep_rows(cache, start, rows)` keeps the accepted path's rows. False: drafts stay chains.
     trees: bool = False
     kv_bytes_per_token: int = 0  # KV memory a cached token takes (0: unknown); bounds files' prefix KVs
+    # Whether its probabilities say how sure it is (a trained model). The random test model's are noise, so
+    # its suggestions are shown whole whatever the `show` setting (lsp_server/completion/show.py).
+    calibrated: bool = True
     max_sequence: int | None = None  # tokens one cache can hold (a llama.cpp slot), None: the model's limit
 
     def clone(self, cache, keep: int):

@@ -95,6 +95,8 @@ def load(
         from lsp_server.backends.torch.loading import load as load_torch
 
         lm = load_torch(ms, device, dtype, trust_remote_code, say)
+    if ms.kind == "tiny":
+        lm.calibrated = False  # random weights: nothing to judge a suggestion by (base.py)
     lm.load_seconds = time.monotonic() - start
     d = lm.describe()
     say(f"model {lm.name} ready on {d['device']} ({d['dtype']}, {d['backend']}) in {lm.load_seconds:.1f}s", 1.0)

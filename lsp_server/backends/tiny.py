@@ -109,4 +109,6 @@ def tiny_random(device: torch.device | None = None, seed: int = 0, vocab_size: i
     model = tiny_random_model(len(tok), seed=seed)
     dev = device or torch.device("cpu")
     model.to(dev)
-    return wrap_module(TINY, TINY, model, tok, dev, torch.float32)
+    lm = wrap_module(TINY, TINY, model, tok, dev, torch.float32)
+    lm.calibrated = False  # random weights: nothing to judge a suggestion by (base.py)
+    return lm

@@ -16,6 +16,7 @@ from pathlib import Path
 from drafters.registry import DRAFTERS
 from lsp_server.backends.loader import BACKENDS
 from lsp_server.completion.context import ContextBudget
+from lsp_server.completion.show import SHOW_CHOICES
 from lsp_server.settings import Settings, SettingsError
 
 
@@ -66,6 +67,9 @@ def add_decode_args(p: argparse.ArgumentParser) -> None:
     g.add_argument("--time-budget", type=float, default=None, metavar="SECONDS",
                    help="stop decoding after this long (serve: default 5; the other commands: no limit)")
     g.add_argument("--single-line", action="store_true", help="stop at the end of the first line")
+    g.add_argument("--show", default=Settings.show, choices=SHOW_CHOICES,
+                   help="what of a suggestion is shown: all, sure (up to where the model becomes unsure, nothing when "
+                        f"it is unsure from the start) or surest (default {Settings.show}; docs/design.md, \"What to show\")")
     g.add_argument("--no-adaptive", action="store_true",
                    help="verify every drafted token (k = --draft-max) instead of choosing k from measured pass costs")
 
@@ -155,7 +159,7 @@ def prepare_completion(args):
     settings = Settings().merged({"drafter": args.drafter, "multiline": not args.single_line,
                                   "draft_model": args.draft_model,
                                   "context_tokens": args.context_tokens or Settings.context_tokens,
-                                  "snippets": args.snippets}).completer_settings()
+                                  "snippets": args.snippets, "show": args.show}).completer_settings()
     # Pass costs for the adaptive draft length (stored after the first run), only where drafts are priced.
     calibration = "stored" if args.drafter != "none" and not getattr(args, "no_adaptive", False) else None
     buffers = [(str(other), read_text(Path(other))) for other in args.open or []]

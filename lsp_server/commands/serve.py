@@ -38,6 +38,9 @@ def configure(p: argparse.ArgumentParser) -> None:
     srv.add_argument("--whole-file", dest="whole_file", action="store_true",
                      help="the whole file above the cursor from a warm KV per open file, filled while the editor is "
                           "idle (off by default; docs/design.md, \"The whole file above the cursor\")")
+    srv.add_argument("--no-learn-show", action="store_true",
+                     help="keep the --show limit as it is instead of moving it, a little, by what you keep and what you "
+                          "type over (on by default; lsp_server/lsp/shown.py)")
     srv.add_argument("--no-next-edit", action="store_true",
                      help="no next-edit suggestions: `ditto/nextEdit` and the inline item that makes the next edit on "
                           "the cursor's line answer nothing (on by default; docs/nextedit.md)")

@@ -44,6 +44,7 @@ from lsp_server.completion.drafting import Drafters
 from lsp_server.completion.files import FileState, FileStates
 from lsp_server.completion.fitting import Fit
 from lsp_server.completion.local import EngineGenerator
+from lsp_server.completion.show import RULES
 from lsp_server.completion.place import Place, Places, Suggestion, around_cursor
 from lsp_server.completion.prompts import Prompts
 from lsp_server.completion.settings import CompleterSettings
@@ -270,7 +271,8 @@ class Completer:
         constraint = Healing(self.vocab_bytes(), heal.encode("utf-8")) if heal and self.generator.constrains else None
         before, after_cursor = around_cursor(text, line, col)
         place = Place(before, after_cursor, shown_prompt, heal, s.multiline,
-                      drafter_name if d is not None else ("none" if self.generator.drafts else "remote"), self.lm.decode)
+                      drafter_name if d is not None else ("none" if self.generator.drafts else "remote"), self.lm.decode,
+                      s.show if getattr(self.lm, "calibrated", True) else RULES["all"])
         deadline = (opts.first_answer_s is not None and opts.greedy and cache_key is not None
                     and self.generator.resumable)
         pause = place.pause_rule(0, opts.first_answer_s) if deadline else None

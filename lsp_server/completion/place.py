@@ -20,6 +20,7 @@ from dataclasses import dataclass, replace
 from typing import Callable
 
 from lsp_server.completion.context import Prompt, split_at
+from lsp_server.completion.show import RULES, ShowRule, shown_length
 from lsp_server.completion.stops import finish, ghost_cut
 from lsp_server.decoding.types import Completion, DecodeOptions, RequestContext, Stats
 
@@ -72,13 +73,16 @@ class Place:
     past the healed text) and cut by the ghost-text stop rules (`done`; `finish` once the
     generation has ended); the answer to a request whose cursor is `offset` characters
     further along is the suggestion from there, whole lines only (whole words while the
-    first line is still being written) until the generation is finished.
+    first line is still being written) until the generation is finished, and only as far as the
+    `show` rule says the model is sure of it from there (show.py; judged anew at every answer, so a
+    user who typed through an unsure token has made it theirs).
     """
 
     def __init__(self, before: str, after: str, prompt: Prompt, heal: str, multiline: bool, drafter: str,
-                 decode: Callable[[list[int]], str]):
+                 decode: Callable[[list[int]], str], show: ShowRule = RULES["all"]):
         self.before, self.after, self.prompt, self.heal, self.multiline = before, after, prompt, heal, multiline
-        self.drafter, self.decode = drafter, decode
+        self.drafter, self.decode, self.show = drafter, decode, show
+        self._pieces: tuple[int, list[str]] = (0, [])  # (tokens decoded, each token's text)
         self.raw = ""
         self.text = ""  # the suggestion so far, from the original cursor
         self.completion = Completion([], Stats(), [])
@@ -144,6 +148,25 @@ class Place:
             text = rel if cut is None else rel[:cut]
         self.text = text
 
+    def sure_length(self, offset: int) -> int | None:
+        """Characters of the suggestion from `offset` on that the `show` rule shows (None: all)."""
+        c = self.completion
+        if self.show.limit is None or not c.probs:
+            return None
+        rel = self.relative(self.raw)
+        if rel is None:
+            return None
+        if self._pieces[0] != len(c.tokens):
+            pieces, before = [], ""
+            for i in range(len(c.tokens)):  # each token's text (a character split over tokens: in the last)
+                text = self.decode(c.tokens[: i + 1])
+                pieces.append(text[len(before):] if text.startswith(before) else text)
+                before = text
+            self._pieces = (len(c.tokens), pieces)
+        line = (self.prompt.typed + self.text[:offset]).rsplit("\n", 1)[-1]
+        return shown_length(self._pieces[1], c.probs, c.margins, self.show, len(self.raw) - len(rel) + offset,
+                            not line.strip())
+
     def complete_after(self, offset: int) -> bool:
         """Whether the suggestion from `offset` on has a complete line to show (or is all there)."""
         return self.finished or _has_complete_line(self.text[offset:])
@@ -156,7 +179,11 @@ class Place:
         if ahead:
             typethrough = False
         shown = self.text[offset:]
-        if not self.finished:
+        sure = self.sure_length(offset)
+        if sure is not None and sure < len(shown):  # the model is not sure of the rest (show.py)
+            shown = shown[:sure].rstrip()
+            shown = shown if shown.strip() else ""
+        if not self.finished and shown:
             shown = shown.rstrip(_PARTIAL)
             shown = shown[: shown.rfind("\n")] if _has_complete_line(shown) else _whole_words(shown)
             shown = shown.rstrip()

@@ -13,6 +13,7 @@ from __future__ import annotations
 from dataclasses import dataclass, field
 
 from lsp_server.completion.context import ContextBudget
+from lsp_server.completion.show import RULES, ShowRule
 
 
 @dataclass
@@ -27,3 +28,4 @@ class CompleterSettings:
     budget: ContextBudget | None = field(default_factory=ContextBudget.default)
     snippets: str = "heads"
     whole_file: bool = False  # the whole file above the place once its prefix KV is filled (wholefile.py)
+    show: ShowRule = RULES["all"]  # what of a suggestion reaches the screen (show.py); a bare Completer shows all

@@ -26,7 +26,7 @@ from lsprotocol import types
 from pygls.exceptions import JsonRpcInvalidParams, JsonRpcMethodNotFound
 
 from lsp_server.lsp.nextedit import NEXT_EDIT
-from lsp_server.lsp.protocol import edit_end
+from lsp_server.lsp.shown import root_of
 
 log = logging.getLogger(__name__)
 
@@ -49,6 +49,7 @@ def _get(obj, *names, default=None):
 
 def on_initialize(ls, params: types.InitializeParams):
     ls.client.loop = asyncio.get_running_loop() if _has_loop() else None
+    ls.service.workspace(root_of(params))
     if params.initialization_options is not None:
         ls.apply_settings(params.initialization_options, "initializationOptions", load=False)
 
@@ -70,7 +71,7 @@ def on_change(ls, params: types.DidChangeTextDocumentParams):
     uri = params.text_document.uri
     if ls.documents.document(uri) is not None:
         ls.documents.note_change(uri, params)  # an accepted suggestion
-        ls.service.changed(uri, edit_end(params.content_changes, ls.workspace.position_codec.client_num_units))
+        ls.service.changed(uri, params.content_changes)
         ls.next_edits.changed(ls.documents.document(uri).uri)  # its model next edit, if one runs, is stale: it stops
 
 def on_cursor(ls, params):

@@ -61,12 +61,13 @@ class IdleWork:
 
     def __init__(self, scheduler: Scheduler, documents: DocumentSession,
                  run: Callable[[IdlePlan, threading.Event, "IdleWork"], None], ready: Callable[[], bool],
-                 settings: Callable[[], object]):
+                 settings: Callable[[], object], show_bias: Callable[[], float] = lambda: 0.0):
         self.scheduler = scheduler
         self.documents = documents
         self._run = run  # the worker's run of a plan (worker/idle.py run_idle, bound to the worker)
         self._ready = ready  # whether a model is loaded
         self._settings = settings  # the server's live settings
+        self._show_bias = show_bias  # the `show` limit's bias in this workspace (shown.py)
         self._aim: Snapshot | None = None  # where the user is: what idle prefill warms
         self._finish: tuple[str, int] | None = None  # (uri, token): a suggestion answered at its deadline
         self._fill: Snapshot | None = None  # the document whose prefix KV idle work fills (the last aim)
@@ -128,7 +129,7 @@ class IdleWork:
     def schedule(self, after_s: float | None = None) -> None:
         """Hand the worker the plan as it is now, to run when it has nothing else to do."""
         plan = IdlePlan(self._aim, self._finish, self._fill, self._last_request + self.FILL_AFTER_S,
-                        self._settings())
+                        self._settings(), self._show_bias())
         run = self._run
         self.scheduler.idle(lambda cancel: run(plan, cancel, self),
                             after_s=self.IDLE_SETTLE_S if after_s is None else after_s)

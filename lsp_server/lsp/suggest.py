@@ -27,7 +27,9 @@ from lsp_server.lsp.documents import DocumentSession
 from lsp_server.lsp.errors import Client
 from lsp_server.lsp.idle import IdleWork
 from lsp_server.lsp.loading import ModelLoader
+from lsp_server.lsp.protocol import edit_end
 from lsp_server.lsp.scheduler import Scheduler, Superseded
+from lsp_server.lsp.shown import ShownLog
 from lsp_server.lsp.stats import Counters, report
 from lsp_server.lsp.threads import Latest, on_loop
 from lsp_server.lsp.worker.debug import DebugHooks
@@ -43,6 +45,7 @@ class CompletionService:
         self.client = client
         self._settings = settings  # the server's live settings (a published immutable value)
         self.counters = Counters()
+        self.shown = ShownLog()  # what the user does with what is shown (`workspace` gives it its file)
         self._published = Latest(NO_MODEL_REPORT)  # the worker's part of ditto/stats, as it last published it
         # The engine's debug hooks exist only in a server started with `serve --debug-hooks` (worker/debug.py).
         hooks = DebugHooks(settings, client.notify_threadsafe) if settings().debug_hooks else None
@@ -55,7 +58,7 @@ class CompletionService:
         post = client.post
         self.idle = IdleWork(self.scheduler, documents,
                              lambda plan, cancel, loop_side: run_idle(worker, plan, cancel, post, loop_side),
-                             lambda: self.loader.ready, settings)
+                             lambda: self.loader.ready, settings, self.show_bias)
 
     @property
     def settings(self) -> Settings:
@@ -84,19 +87,34 @@ class CompletionService:
         self.loader.settings_changed(old, new)
 
     @on_loop
+    def workspace(self, root: str | None) -> None:
+        """The client's workspace (initialize): what its user kept before is read from the cache."""
+        from lsp_server.backends.packaged import cache_dir
+
+        self.shown = ShownLog.for_workspace(root, cache_dir())
+
+    def show_bias(self) -> float:
+        """How far the `show` limit moves for this workspace's user (shown.py)."""
+        s = self.settings
+        return self.shown.bias(s.show, s.learn_show)
+
+    @on_loop
     def opened(self, uri: str, text: str, version: int | None) -> None:
         self.documents.changed(uri, text, version)
         self.idle.buffers_changed()
         self.idle.aim(uri, types.Position(line=0, character=0))  # LSP does not say where the cursor is
 
     @on_loop
-    def changed(self, uri: str, end: types.Position | None) -> None:
-        """An open document changed; `end` is where the edit left the cursor (None: not known)."""
+    def changed(self, uri: str, changes) -> None:
+        """An open document changed by a didChange's `changes` (already applied)."""
         doc = self.documents.document(uri)
         if doc is None:
             return
+        units = self.documents.position_units()
+        self.shown.changed(uri, changes, units)  # accepted or typed over
         self.documents.changed(doc.uri, doc.source, doc.version)
         self.idle.buffers_changed()
+        end = edit_end(changes, units)  # where the edit left the cursor (None: not known)
         if end is not None:
             self.idle.aim(uri, end)
 
@@ -108,6 +126,7 @@ class CompletionService:
     @on_loop
     def closed(self, uri: str) -> None:
         self.documents.changed(uri, None)  # its record (trace, edits) goes, and the worker's state of it
+        self.shown.closed(uri)
         self.loader.forget(uri)
         self.idle.closed(uri)
         self.idle.buffers_changed()
@@ -146,9 +165,9 @@ class CompletionService:
             return None
         t0 = time.perf_counter()
         self.idle.request_made()  # older aims are where the user was (idle.py)
-        worker = self._worker
+        worker, bias = self._worker, self.show_bias()
         try:
-            sug = await self.scheduler.run(snap.uri, lambda cancel: worker.complete(snap, settings, cancel, t0))
+            sug = await self.scheduler.run(snap.uri, lambda cancel: worker.complete(snap, settings, cancel, t0, bias))
         except asyncio.CancelledError:
             c.cancelled += 1
             raise
@@ -189,6 +208,8 @@ class CompletionService:
         if not sug.text:
             c.empty += 1
             return None
+        if not sug.typethrough and not sug.resumed:  # a suggestion of its own: its outcome is the user's to tell
+            self.shown.shown(snap.uri, snap.position, sug.text)
         return sug.text
 
     def _current(self, snap: Snapshot) -> bool:
@@ -225,10 +246,13 @@ class CompletionService:
         completer = self.loader.completer
         if completer is not None and completer.generator.live_stats:
             worker = {**worker, "remote": completer.generator.stats(intervals)}
-        return report(self, worker, open_documents=open_documents, protocol_futures=protocol_futures)
+        out = report(self, worker, open_documents=open_documents, protocol_futures=protocol_futures)
+        s = self.settings
+        return {**out, "shown": self.shown.report(s.show, s.learn_show)}
 
     def close(self, timeout: float | None = None) -> None:
         """Stop the worker (it sets the running generation's stop flag; that ends within one pass)."""
+        self.shown.save()
         self.scheduler.close()
         if timeout is not None:
             self.scheduler.join(timeout)

@@ -58,6 +58,8 @@ CHANGED = {
     "adaptive": (["--no-adaptive"], False),
     "idle_prefill": (["--no-idle-prefill"], False),
     "whole_file": (["--whole-file"], True),
+    "show": (["--show", "surest"], "surest"),
+    "learn_show": (["--no-learn-show"], False),
     "next_edit": (["--no-next-edit"], False),
     "next_edit_proposer": (["--next-edit-proposer", "both"], "both"),
     "first_answer_s": (["--first-answer", "none"], None),

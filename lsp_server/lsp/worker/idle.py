@@ -17,6 +17,7 @@ import time
 from lsp_server.decoding.types import RequestContext
 from lsp_server.lsp.threads import on_worker
 from lsp_server.lsp.worker.messages import IdlePlan, Snapshot, model_text
+from lsp_server.lsp.worker.state import completer_settings
 
 IDLE_CHUNK = 32  # tokens per idle prefill pass: a request waits at most one such pass (~0.35 s on one CPU core)
 
@@ -50,7 +51,7 @@ def _run(worker, plan: IdlePlan, cancel: threading.Event, post, loop_side) -> No
                 return  # a request came: it goes on from here, and the loop still holds the plan
         post(loop_side.finished, token)
     if aim is not None and s.idle_prefill and _warm(worker, aim, s, cancel, post, loop_side):
-        _ahead(worker, aim, s, cancel, post, loop_side)
+        _ahead(worker, aim, s, plan.show_bias, cancel, post, loop_side)
     fill = not cancel.is_set() and s.idle_prefill and s.whole_file and plan.fill is not None
     wait = plan.fill_at - time.monotonic()
     if fill and wait <= 0:
@@ -112,7 +113,7 @@ def _warm(worker, snap: Snapshot, s, cancel: threading.Event, post, loop_side) -
     return not stopped
 
 
-def _ahead(worker, snap: Snapshot, s, cancel: threading.Event, post, loop_side) -> None:
+def _ahead(worker, snap: Snapshot, s, show_bias: float, cancel: threading.Event, post, loop_side) -> None:
     """Generate the suggestion at `snap` (its prompt is cached) until its first line is complete or
     a request or a newer aim comes (either sets `cancel`); finish it later like a suggestion answered
     at its deadline."""
@@ -122,7 +123,8 @@ def _ahead(worker, snap: Snapshot, s, cancel: threading.Event, post, loop_side) 
         return
     kept = completer.ahead(model_text(snap.text), snap.line, snap.col, name=snap.name,
                            options=s.decode_options(), cache_key=snap.uri, hold=cancel,
-                           settings=s.completer_settings(), file=file, ctx=RequestContext(snap.uri, True, cancel))
+                           settings=completer_settings(s, show_bias), file=file,
+                           ctx=RequestContext(snap.uri, True, cancel))
     worker.count(idle_ahead=int(kept))
     if kept and completer.pending(snap.uri, file):
         # To finish later; right away unless a keystroke stopped it (then after what stopped it).

@@ -87,6 +87,7 @@ class IdlePlan:
     fill: Snapshot | None  # the document whose prefix KV is filled (whole_file), at its last aim
     fill_at: float  # time.monotonic() after which filling may start (no request for FILL_AFTER_S)
     settings: object  # lsp_server/settings.py Settings (frozen) of the moment
+    show_bias: float = 0.0  # how far this workspace's user moves the `show` limit (lsp_server/lsp/shown.py)
 
 
 def model_text(text: str) -> str:

@@ -20,7 +20,7 @@ from __future__ import annotations
 
 import queue
 import time
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from typing import Callable
 
 from lsp_server.completion.files import FileState
@@ -172,7 +172,7 @@ class Worker:
 
     # -- a request ---------------------------------------------------------------------------------------
     @on_worker
-    def complete(self, snap: Snapshot, settings, cancel, asked: float):
+    def complete(self, snap: Snapshot, settings, cancel, asked: float, show_bias: float = 0.0):
         """The suggestion for `snap` (None without a model, or when the document closed meanwhile).
         Its counts and trace go to the loop (`post`), so a request cancelled meanwhile is counted too."""
         started = time.perf_counter()
@@ -189,7 +189,7 @@ class Worker:
         try:
             sug = completer.complete(model_text(snap.text), snap.line, snap.col, name=snap.name,
                                      options=settings.decode_options(), cancel=cancel, cache_key=snap.uri,
-                                     settings=settings.completer_settings(), file=file,
+                                     settings=completer_settings(settings, show_bias), file=file,
                                      ctx=RequestContext(snap.uri, False, cancel))
         finally:
             self.count(stale_passes=completer.generator.stale_passes - stale_before)
@@ -252,6 +252,12 @@ class Worker:
             "index": completer.buffers.stats(),
             "kv_cache": generator.cache_stats(),
         }
+
+
+def completer_settings(settings, show_bias: float = 0.0):
+    """The Completer's share of `settings`, with the `show` limit moved by this workspace's user."""
+    cs = settings.completer_settings()
+    return replace(cs, show=cs.show.biased(show_bias)) if show_bias else cs
 
 
 def trace_of(snap: Snapshot, sug, completer) -> dict:
