@@ -239,7 +239,8 @@ class DittoDriver:
             "drafted": stats.get("drafted"),
             "stop_reason": trace.get("stop_reason") if same else None,
             "raw": trace.get("raw") if same else None,
-            "sure": trace.get("sure") if same else None,  # [text, probability, lead] per token of `raw`
+            "sure": trace.get("sure") if same else None,
+            "withheld": trace.get("withheld") if same else None,  # what `show` held back (completion/show.py)  # [text, probability, lead] per token of `raw`
             "server_latency_ms": trace.get("latency_ms") if same else None,
             "waited_ms": trace.get("waited_ms") if same else None,
             "job_ms": trace.get("job_ms") if same else None,

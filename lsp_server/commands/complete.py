@@ -25,6 +25,9 @@ def run(args) -> int:
         print(json.dumps(summary, ensure_ascii=False))
     else:
         print(sug.text)
+        if sug.withheld:
+            print(f"-- not shown (--show {args.show}: the model was unsure from there): {sug.withheld!r}",
+                  file=sys.stderr)
         s = sug.completion.stats
         print(f"-- {s.tokens} tokens in {s.target_passes} target passes, {s.accepted}/{s.drafted} drafts accepted, "
               f"prefill {s.prefill_tokens} tokens {s.prefill_ms:.0f} ms, total {sug.latency_ms:.0f} ms "

@@ -41,6 +41,7 @@ class Suggestion:
     from_continuation: bool = False  # its text was generated after an earlier answer's deadline
     resumed: bool = False  # served by resuming the generation paused at this place (no new prompt)
     ahead: bool = False  # generated while the worker was idle, before the request came (Completer.ahead)
+    withheld: str = ""  # what the model wrote after `text` and the `show` rule held back (show.py)
 
     def summary(self, model: str) -> dict:
         s = self.completion.stats
@@ -60,6 +61,7 @@ class Suggestion:
             "decode_ms": round(s.decode_ms, 1),
             "latency_ms": round(self.latency_ms, 1),
             "stop_reason": s.stop_reason,
+            "withheld": self.withheld,
             "model": model,
             "drafter": self.drafter,
         }
@@ -179,8 +181,10 @@ class Place:
         if ahead:
             typethrough = False
         shown = self.text[offset:]
+        withheld = ""
         sure = self.sure_length(offset)
         if sure is not None and sure < len(shown):  # the model is not sure of the rest (show.py)
+            withheld = shown[sure:]
             shown = shown[:sure].rstrip()
             shown = shown if shown.strip() else ""
         if not self.finished and shown:
@@ -197,7 +201,7 @@ class Place:
             # Its finishing while idle was stopped by this very request: paused, not a cancelled request.
             completion = replace(completion, stats=replace(completion.stats, stop_reason="paused"))
         return Suggestion(shown, self.raw, self.prompt, completion, self.drafter, latency_ms, typethrough=typethrough,
-                          notice=notice, continuing=not self.finished, resumed=resumed, ahead=ahead,
+                          notice=notice, continuing=not self.finished, resumed=resumed, ahead=ahead, withheld=withheld,
                           from_continuation=(typethrough or resumed) and not ahead and bool(shown)
                           and offset + len(shown) > self.first)
 

@@ -271,6 +271,7 @@ def trace_of(snap: Snapshot, sug, completer) -> dict:
         "version": snap.version,
         "position": {"line": snap.position[0], "character": snap.position[1]},
         "text": sug.text,
+        "withheld": sug.withheld,  # what the `show` rule held back (lsp_server/completion/show.py)
         "raw": sug.raw,
         "drafter": sug.drafter,
         "stop_reason": s.stop_reason,
