@@ -27,6 +27,7 @@ pytestmark = pytest.mark.editor
 ROOT = Path(__file__).resolve().parents[2]
 E2E = ROOT / "editors" / "vscode" / "test" / "e2e.sh"
 DRIVER = E2E.with_name("e2e-driver.mjs")
+ACCEPT = E2E.with_name("e2e-accept.mjs")
 FIXTURE = E2E.with_name("fixtures") / "example.py"
 DEBIAN = ("chromium", "libkrb5-dev", "libxkbfile-dev", "libsecret-1-dev", "build-essential")
 
@@ -189,3 +190,75 @@ def test_vscode_next_edit_tab_jumps_tab_applies_escape_dismisses(tmp_path):
     assert r["insert_after"].endswith("            name=a,\n            strict=True,\n            path=b,\n        )\n")
     assert r["insert_applied_cursor"] == [inserted["cursor"]["line"] + 1, inserted["cursor"]["character"] + 1]
 
+
+# VS Code's default word definition (editor/common/core/wordHelper.ts, DEFAULT_WORD_REGEXP): Python's
+# language configuration in code-server 4.139.1 sets none of its own.
+_VSCODE_WORD = re.compile(r"(-?[0-9]*\.[0-9][0-9A-Za-z_]*)|([^`~!@#$%^&*()\-=+\[{\]}\\|;:'\",.<>/?\s]+)")
+
+
+def vscode_word(ghost: str) -> str:
+    """What editor.action.inlineSuggest.acceptNextWord (Ctrl+Right) accepts of `ghost`, VS Code 1.139's rule
+    (inlineCompletionsModel acceptNextWord): up to the end of the first word, or to the start of the first
+    word when the ghost text does not start with one, or to the end of the first blanks if sooner."""
+    m = _VSCODE_WORD.search(ghost)
+    cut = (len(m.group(0)) if m.start() == 0 else m.start()) if m else len(ghost)
+    blanks = re.search(r"\s+", ghost)
+    if blanks and blanks.end() < cut:
+        cut = blanks.end()
+    return ghost[:cut]
+
+
+def vscode_line(ghost: str) -> str:
+    """What editor.action.inlineSuggest.acceptNextLine (Ctrl+Down, the extension's key) accepts of `ghost`:
+    up to its first line break, that line break included, or all of it."""
+    i = ghost.find("\n")
+    return ghost if i < 0 else ghost[: i + 1]
+
+
+def test_vscode_word_and_line_rules():
+    assert vscode_word("dataclasses\") St") == "dataclasses"
+    assert vscode_word('") St') == '") '
+    assert vscode_word("  foo") == "  " and vscode_word("foo bar") == "foo" and vscode_word(" bar") == " "
+    assert vscode_word("1.5e3 x") == "1.5e3" and vscode_word("...") == "..."
+    assert vscode_line("a b\n    c") == "a b\n" and vscode_line("a b") == "a b"
+
+
+def test_e2e_accept_types_where_tiny_random_suggests_several_words():
+    """The premise of the partial-accept test: where it types (fixed path, so the same prompt every run),
+    tiny-random's whole suggestion (ditto.firstAnswerS null, as e2e.sh sets it for that scenario) has a
+    first line of which Ctrl+Right accepts a part."""
+    from lsp_server.settings import Settings
+    from support.completers import like_the_server
+
+    typed = re.search(r'^const TYPED = "([^"]*)";', ACCEPT.read_text(), re.M).group(1)
+    assert re.search(r'^  accept\) FIXTURE=example.py .*\n.*"ditto.firstAnswerS": null', E2E.read_text(), re.M)
+    workspace = re.search(r"^WS=(\S+)$", E2E.read_text(), re.M).group(1)
+    text = FIXTURE.read_text(encoding="utf-8") + typed
+    lines = text.split("\n")
+    sug = like_the_server().complete(text, len(lines) - 1, len(lines[-1]), name=f"{workspace}/example.py",
+                                     options=Settings(first_answer_s=None).decode_options())
+    first = sug.text.split("\n")[0]
+    assert first.strip() and vscode_word(first) != first, f"pick another TYPED in {ACCEPT.name}: {sug.text!r}"
+
+
+def test_vscode_accept_next_word_then_next_line(tmp_path):
+    """Ghost text from Ditto, Ctrl+Right accepts its next word (VS Code's own key), the rest stays shown,
+    Ctrl+Down (the extension's key for VS Code's acceptNextLine) accepts its next line; the saved file
+    after each key is the text before it plus exactly that part of what was shown. The rest is answered
+    by the server's type-through when VS Code asks again (ditto/stats)."""
+    shots = tmp_path / "shots"
+    run_e2e(shots, "accept")
+    r = json.loads((shots / "accept.json").read_text(encoding="utf-8"))
+    start = r["before"] + r["typed"]
+    word_step, line_step = r["steps"]
+    assert word_step["key"] == "Control+ArrowRight" and line_step["key"] == "Control+ArrowDown"
+    ghost = word_step["ghost"]
+    part = vscode_word(ghost)
+    assert part and part != ghost, ghost  # (the premise test: a line of several words)
+    assert word_step["after"] == start + part
+    # the rest of the same suggestion is what was shown when Ctrl+Down was pressed
+    assert line_step["ghost"] == ghost[len(part):]
+    assert line_step["after"] == start + part + vscode_line(line_step["ghost"])
+    log = "".join(p.read_text(encoding="utf-8") for p in shots.glob("Ditto*.log"))
+    typethrough = [int(n) for n in re.findall(r'"typethrough": (\d+)', log)]
+    assert typethrough and typethrough[-1] >= 1, typethrough

@@ -13,7 +13,9 @@
 # test/fixtures/next_edit.py, the model loaded at once and ghost text off: a rename typed at one
 # place, its next edit shown, Tab to go there, Tab to apply it, Escape to dismiss the one after;
 # then a rename on the cursor's own line and a line inserted into one of two like calls; what it saw goes to SCREENSHOT_DIR/next-edit.json, the extension's log (the server's answers)
-# beside it.
+# beside it. With DITTO_E2E_SCENARIO=accept it runs test/e2e-accept.mjs on test/fixtures/example.py,
+# the model loaded at once and each suggestion answered whole (ditto.firstAnswerS null): Ctrl+Right
+# accepts the ghost text's next word, then Ctrl+Down its next line; SCREENSHOT_DIR/accept.json.
 #
 # Installs what is missing, outside the repository, idempotently:
 #   Debian: chromium libkrb5-dev libxkbfile-dev libsecret-1-dev build-essential (apt-get, as root
@@ -47,6 +49,8 @@ case "$SCENARIO" in
     SERVER_ARGS="\"--debug-hooks\", \"--debug-load-delay\", \"$LOAD_DELAY\"" EXTRA_SETTINGS="" ;;
   next-edit) FIXTURE=next_edit.py DRIVER=e2e-next-edit.mjs SERVER_ARGS=""
     EXTRA_SETTINGS='"editor.inlineSuggest.enabled": false,' ;;
+  accept) FIXTURE=example.py DRIVER=e2e-accept.mjs SERVER_ARGS=""
+    EXTRA_SETTINGS='"ditto.firstAnswerS": null,' ;;
   *) echo "e2e: FAIL: unknown DITTO_E2E_SCENARIO $SCENARIO"; exit 1 ;;
 esac
 WS=/tmp/ditto-vscode-e2e-workspace
@@ -201,6 +205,10 @@ rc=$?
 rm -f "$SHOTS"/Ditto*.log
 find "$UDD/logs" -path '*/ditto-lsp.ditto-vscode/*' -name '*.log' -exec cp {} "$SHOTS/" \; 2>/dev/null
 say "screenshots and logs in $SHOTS; total $(( $(date +%s) - T0 )) s"
+if [ $rc -eq 0 ] && [ "$SCENARIO" = accept ]; then
+  grep -q '"typethrough"' "$SHOTS"/Ditto*.log 2>/dev/null || fail "no ditto/stats in the extension's log ($SHOTS)"
+  echo "e2e: PASS"; exit 0
+fi
 if [ $rc -eq 0 ] && [ "$SCENARIO" = next-edit ]; then
   grep -q "next edit applied: " "$SHOTS"/Ditto*.log 2>/dev/null || fail "no applied next edit in the extension's log ($SHOTS)"
   echo "e2e: PASS"; exit 0
