@@ -1,9 +1,10 @@
 #!/usr/bin/env bash
 # Real VS Code test of the packaged extension: the .vsix installed into code-server 4.139.1
 # (npm, Node 24), opened in Debian's chromium through playwright-core, on a Python file
-# served by `ditto-lsp serve --model tiny-random`. The server loads its model slowly on purpose
+# served by `ditto-lsp serve --model tiny-random`. The server waits to load its model on purpose
 # (`--debug-hooks --debug-load-delay`, through the ditto.serverArgs setting) and the text is typed while the
-# status bar says it is loading; checks that ghost text from Ditto then appears without another
+# status bar says it is loading, then the driver lets it load (test/lsp-inject.py, between VS Code and the
+# server, sends the hook's end when the driver creates a file); checks that ghost text from Ditto then appears without another
 # keystroke, that the request waited for the model (ditto/stats in the extension's log), and that
 # Tab accepts it (the saved file then holds it); saves screenshots.
 #
@@ -26,7 +27,7 @@
 #     pw/      playwright-core (its own browser download is never used)
 # Environment: DITTO_LSP (default <repo>/.venv/bin/ditto-lsp), DITTO_E2E_TOOLS,
 #   DITTO_E2E_TIMEOUT (seconds the browser part may take, default 420), DITTO_E2E_LOAD_DELAY
-#   (seconds the server sleeps before loading its model, default 45: long enough to type in),
+#   (at most this many seconds the server waits for the driver's signal to load its model, default 600),
 #   KEEP_RUN=1 (keep the temporary user-data dir and workspace).
 # The workspace is always $WS below: the file's path is part of the prompt, so a fixed path gives
 # tiny-random the same prompt, and the same suggestion, on every run and machine. Runs take turns
@@ -42,7 +43,7 @@ DITTO_LSP="${DITTO_LSP:-$REPO/.venv/bin/ditto-lsp}"
 CS_VERSION=4.139.1
 PW_VERSION=1.65.1
 CHROMIUM=/usr/bin/chromium
-LOAD_DELAY="${DITTO_E2E_LOAD_DELAY:-45}"
+LOAD_DELAY="${DITTO_E2E_LOAD_DELAY:-600}"
 SCENARIO="${DITTO_E2E_SCENARIO:-ghost-text}"
 case "$SCENARIO" in
   ghost-text) FIXTURE=example.py DRIVER=e2e-driver.mjs
@@ -154,11 +155,22 @@ cleanup() {
 trap cleanup EXIT
 
 cp "$HERE/test/fixtures/$FIXTURE" "$WS/$FIXTURE"
-# The Ditto settings are the README's (serverCommand + model); the rest keeps code-server's
+# The ghost-text scenario's server loads its model when the driver has typed (it creates $TRIGGER), not
+# after a fixed time: test/lsp-inject.py, between VS Code and ditto-lsp, then ends the load delay.
+SERVER_CMD="$DITTO_LSP"
+TRIGGER="$RUN/load-now"
+if [ "$SCENARIO" = ghost-text ]; then
+  SERVER_CMD="$RUN/ditto-lsp"
+  printf '#!/bin/sh\nexec "%s" "%s" "%s" "%s" "$@"\n' "$(command -v python3)" "$HERE/test/lsp-inject.py" "$TRIGGER" \
+    "$DITTO_LSP" >"$SERVER_CMD"
+  chmod +x "$SERVER_CMD"
+fi
+# The Ditto settings are the README's (serverCommand + model; serverCommand is the wrapper above in the
+# ghost-text scenario); the rest keeps code-server's
 # first-run pages, update checks and word suggestions out of the way of the test.
 cat >"$UDD/User/settings.json" <<EOF
 {
-  "ditto.serverCommand": "$DITTO_LSP",
+  "ditto.serverCommand": "$SERVER_CMD",
   "ditto.model": "tiny-random",
   "ditto.serverArgs": [$SERVER_ARGS],$EXTRA_SETTINGS
   "security.workspace.trust.enabled": false,
@@ -199,7 +211,7 @@ say "driving chromium ($SCENARIO)"
 timeout "${DITTO_E2E_TIMEOUT:-420}" env NODE_PATH="$TOOLS/pw/node_modules" PW_DIR="$TOOLS/pw" \
   "$NODE24_BIN/node" "$HERE/test/$DRIVER" \
   --url "http://127.0.0.1:$PORT/?folder=$WS" --file "$WS/$FIXTURE" --shots "$SHOTS" --chromium "$CHROMIUM" \
-  --load-delay "$LOAD_DELAY" --logs "$UDD/logs"
+  --load-trigger "$TRIGGER" --logs "$UDD/logs"
 rc=$?
 # The extension's own log (its output channel: server stderr included) for the record.
 rm -f "$SHOTS"/Ditto*.log
