@@ -123,7 +123,7 @@ async function main() {
     const editor = page.locator(".editor-instance .monaco-editor").first();
     await editor.locator(".view-lines", { hasText: "class Square" }).waitFor({ timeout: 120000 });
     log(`${base} open`);
-    await waitFor("the model", 180000, async () => logHas("] model ready"));
+    await waitFor("the model", 600000, async () => logHas("] model ready"));
     log("model ready");
 
     report.before = readFileSync(FILE, "utf8");

@@ -9,7 +9,7 @@
 //
 // playwright-core is resolved from $PW_DIR (test/e2e.sh installs it outside the repository).
 import { createRequire } from "node:module";
-import { readFileSync, writeFileSync } from "node:fs";
+import { readdirSync, readFileSync, writeFileSync } from "node:fs";
 import path from "node:path";
 
 const arg = (name, dflt) => {
@@ -21,6 +21,7 @@ const FILE = arg("file");
 const SHOTS = arg("shots", "/tmp/ditto-vscode-e2e");
 const CHROMIUM = arg("chromium", "/usr/bin/chromium");
 const LOAD_TRIGGER = arg("load-trigger");
+const LOGS = arg("logs");
 // Typed on the empty last line, inside `def area` of class Square. tiny-random's suggestion
 // there is not empty (tests/editors/test_editor_vscode.py checks it in-process).
 const TYPED = "        return ";
@@ -40,6 +41,19 @@ async function shot(name) {
     log(`screenshot ${p}`);
   } catch (e) {
     log(`screenshot ${name} failed: ${e.message}`);
+  }
+}
+
+/** Whether the extension's log (under --logs) holds `needle`. */
+function logHas(needle) {
+  const walk = (dir) =>
+    readdirSync(dir, { withFileTypes: true }).flatMap((e) =>
+      e.isDirectory() ? walk(path.join(dir, e.name)) : [path.join(dir, e.name)],
+    );
+  try {
+    return walk(LOGS).some((f) => f.includes("ditto-lsp.ditto-vscode") && f.endsWith(".log") && readFileSync(f, "utf8").includes(needle));
+  } catch {
+    return false;
   }
 }
 
@@ -93,7 +107,7 @@ async function main() {
     // Type while it is loading: the server is up, its model not yet.
     const READY = /Ditto tiny-random/; // ("Ditto: loading model tiny-random" while loading)
     let st = "";
-    const deadline = Date.now() + 150000;
+    const deadline = Date.now() + 600000;
     while (Date.now() < deadline) {
       st = await statusText();
       if (/loading/i.test(st) || READY.test(st) || /Ditto: stopped|failed/.test(st)) break;
@@ -129,7 +143,7 @@ async function main() {
     // the same text twice in a row, so that Tab is not pressed while it is being replaced.
     let ghost = "";
     let seenReady = false;
-    const until = Date.now() + 180000;
+    const until = Date.now() + 600000;
     for (let last = ""; Date.now() < until; last = ghost) {
       if (!seenReady && READY.test((st = await statusText()))) {
         seenReady = true;
@@ -175,9 +189,12 @@ async function main() {
     // ditto/stats into the Ditto log: e2e.sh checks there that the request waited for the model.
     await page.keyboard.press("Escape");
     await runCommand("Ditto: Show Statistics");
+    for (const until = Date.now() + 60000; !logHas('"waited"') && Date.now() < until; ) await page.waitForTimeout(200);
+    // The verdict is in: what follows does not change it, and e2e.sh keeps it if its time limit cuts
+    // what follows short (a busy machine loads the model again slowly after the restart below).
+    writeFileSync(path.join(SHOTS, "verdict.txt"), "PASS\n");
 
     // Not part of PASS/FAIL: the status bar after a completion, and the trace webview.
-    await page.waitForTimeout(1500);
     log(`status bar after the completion: ${visible(await statusText())}`);
     try {
       await runCommand("Ditto: Show Last Completion's Propose/Verify Trace");

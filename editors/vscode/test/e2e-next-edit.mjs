@@ -144,7 +144,7 @@ async function main() {
     const editor = page.locator(".editor-instance .monaco-editor").first();
     await editor.locator(".view-lines", { hasText: `class ${OLD}` }).waitFor({ timeout: 120000 });
     log(`${base} open`);
-    await waitFor("the model", 180000, async () => modelReady());
+    await waitFor("the model", 600000, async () => modelReady());
     log(`model ready; status bar: ${visible(await statusText())}`);
 
     // The rename, typed: the name at `class KeepOpenFile:` selected word-wise and typed anew.
