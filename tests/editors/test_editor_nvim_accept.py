@@ -104,6 +104,19 @@ local function main()
     if vim.env.DITTO_TEST_STATS == '1' then return request(client, 'ditto/stats', {}) end
     return vim.NIL
   end
+  if vim.env.DITTO_TEST_STATS == '1' then
+    -- Insert mode once the model is ready: started while it loads, the plugin's re-ask on
+    -- ditto/modelReady can come after the first key (tests/editors/test_editor_nvim_plugin.py tests that).
+    local ditto, ready = require('ditto'), false
+    local model_ready = ditto.model_ready
+    ditto.model_ready = function(...)
+      ready = true
+      return model_ready(...)
+    end
+    if request(client, 'ditto/stats', {}).model_state ~= 'ready' then
+      wait_for('the model to load', 300000, function() return ready end)
+    end
+  end
   local row = tonumber(vim.env.DITTO_TEST_LINE)
   report.before = lines()
   vim.api.nvim_win_set_cursor(0, { row, 0 })
