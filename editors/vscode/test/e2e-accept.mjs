@@ -84,12 +84,13 @@ async function waitFor(what, ms, cond) {
   }
 }
 
-/** Save, and the file once it differs from `previous`. */
+/** Save, and the file once saved (it differs from `previous`; empty is the file truncated by a save not
+ * yet written: the fixture never is). */
 async function save(previous) {
   await page.keyboard.press("Control+S");
-  return waitFor("the saved file to change", 10000, async () => {
+  return waitFor("the saved file to change", 60000, async () => {
     const text = readFileSync(FILE, "utf8");
-    return text !== previous ? text : null;
+    return text !== previous && text !== "" ? text : null;
   });
 }
 

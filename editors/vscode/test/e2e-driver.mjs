@@ -167,8 +167,9 @@ async function main() {
     await page.waitForTimeout(500);
     const leftover = await ghostText();
     await page.keyboard.press("Control+S");
+    // The file once saved (empty: truncated by the save, not yet written; the fixture never is).
     let after = before;
-    for (let i = 0; i < 50 && after === before; i++) {
+    for (const until = Date.now() + 60000; (after === before || after === "") && Date.now() < until; ) {
       await page.waitForTimeout(200);
       after = readFileSync(FILE, "utf8");
     }

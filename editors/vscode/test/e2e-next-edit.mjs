@@ -113,14 +113,14 @@ async function waitFor(what, ms, cond) {
   }
 }
 
+/** Save, and the file once saved (it differs from `previous`; empty is the file truncated by a save not
+ * yet written: the fixture never is). */
 async function save(previous) {
   await page.keyboard.press("Control+S");
-  let text = previous;
-  for (let i = 0; i < 50 && text === previous; i++) {
-    await page.waitForTimeout(100);
-    text = readFileSync(FILE, "utf8");
-  }
-  return text;
+  return waitFor("the saved file to change", 60000, async () => {
+    const text = readFileSync(FILE, "utf8");
+    return text !== previous && text !== "" ? text : null;
+  });
 }
 
 async function main() {
