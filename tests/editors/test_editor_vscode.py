@@ -27,6 +27,7 @@ pytestmark = pytest.mark.editor
 ROOT = Path(__file__).resolve().parents[2]
 E2E = ROOT / "editors" / "vscode" / "test" / "e2e.sh"
 DRIVER = E2E.with_name("e2e-driver.mjs")
+ACCEPT = E2E.with_name("e2e-accept.mjs")
 FIXTURE = E2E.with_name("fixtures") / "example.py"
 DEBIAN = ("chromium", "libkrb5-dev", "libxkbfile-dev", "libsecret-1-dev", "build-essential")
 
@@ -67,17 +68,26 @@ def test_e2e_types_where_tiny_random_suggests_something():
     assert sug.text.split("\n")[0].strip(), f"pick another TYPED in {DRIVER.name}: the suggestion is {sug.text!r}"
 
 
-def test_vscode_ghost_text_typed_while_the_model_loads_appears_and_tab_accepts_it(tmp_path):
+def run_e2e(shots: Path, scenario: str | None = None) -> str:
+    """Run e2e.sh (`scenario`: its DITTO_E2E_SCENARIO) with screenshots and logs in `shots`; its output.
+    Skips where it cannot run; fails unless it passed."""
     why = cannot_run()
     if why:
         pytest.skip(f"cannot run {E2E.relative_to(ROOT)}: {why}")
     exe = Path(sys.executable).parent / "ditto-lsp"
     env = {**os.environ, "DITTO_LSP": str(exe if exe.exists() else shutil.which("ditto-lsp") or exe)}
+    if scenario:
+        env["DITTO_E2E_SCENARIO"] = scenario
     # Generous: a first run installs packages and builds code-server (minutes on two cores).
-    proc = subprocess.run(["bash", str(E2E), str(tmp_path / "shots")], cwd=ROOT, env=env,
-                          capture_output=True, text=True, timeout=2400)
+    proc = subprocess.run(["bash", str(E2E), str(shots)], cwd=ROOT, env=env, capture_output=True, text=True,
+                          timeout=2400)
     out = proc.stdout + proc.stderr
     assert proc.returncode == 0 and "e2e: PASS" in out, out[-6000:]
+    return out
+
+
+def test_vscode_ghost_text_typed_while_the_model_loads_appears_and_tab_accepts_it(tmp_path):
+    out = run_e2e(tmp_path / "shots")
     assert "request(s) waited for the model" in out, out[-6000:]
 
 
@@ -111,29 +121,27 @@ def test_vscode_next_edit_tab_jumps_tab_applies_escape_dismisses(tmp_path):
 
     # the calls are the propagation tests' own (tests/nextedit/test_propagate.py), as in Neovim's test
     assert (E2E.with_name("fixtures") / "next_edit.py").read_text(encoding="utf-8").endswith("\n\n\n" + CALLS)
-    why = cannot_run()
-    if why:
-        pytest.skip(f"cannot run {E2E.relative_to(ROOT)}: {why}")
-    exe = Path(sys.executable).parent / "ditto-lsp"
-    env = {**os.environ, "DITTO_LSP": str(exe if exe.exists() else shutil.which("ditto-lsp") or exe),
-           "DITTO_E2E_SCENARIO": "next-edit"}
     shots = tmp_path / "shots"
-    proc = subprocess.run(["bash", str(E2E), str(shots)], cwd=ROOT, env=env, capture_output=True, text=True,
-                          timeout=2400)
-    out = proc.stdout + proc.stderr
-    assert proc.returncode == 0 and "e2e: PASS" in out, out[-6000:]
+    run_e2e(shots, "next-edit")
     r = json.loads((shots / "next-edit.json").read_text(encoding="utf-8"))
-    # The log: maybe proposals for the rename half typed (each cleared by the next key), then the
-    # one Tab applied, the one after it (shown, dismissed), and, after Tab indents, maybe that again.
+    # The log holds what the user saw of next edits, and how many proposals come and go meanwhile is the
+    # machine's timing (a proposal for a half-typed name may show and go; one may come after Tab indents
+    # and go with the Escape before the line's rename): the checks are what was shown when each key was
+    # pressed and the text each key left. The driver applies three edits (Tab, Tab each), each the one
+    # shown last before it, and dismisses one with Escape after the first.
     events = logged(shots)
     kinds = [k for k, _ in events]
-    j = kinds.index("dismissed")
-    assert kinds[:j].count("applied") == 1, kinds
-    i = kinds.index("applied")
+
+    def last_shown(before: int) -> dict:
+        return next(events[k][1] for k in range(before - 1, -1, -1) if kinds[k] == "shown")
+
+    assert kinds.count("applied") == 3, kinds  # the rename's next place, the line's edit, the inserted line
+    i, i_line, i_inserted = [k for k, kind in enumerate(kinds) if kind == "applied"]
     first = events[i][1]
-    assert events[i - 1] == ("shown", first)  # the edit applied is the one shown last before it
-    assert kinds[i + 1:j] == ["shown"], kinds  # and one more shown, the one dismissed
-    second = events[i + 1][1]
+    assert last_shown(i) == first  # the edit applied is the one shown last before it
+    j = kinds.index("dismissed", i)  # Escape on the edit after it
+    assert "shown" in kinds[i + 1:j] and j < i_line, kinds
+    second = last_shown(j)
     before = r["before"]
     assert "class LazyFile:" in before
     # drawn: the server's old text struck through, its new text after it
@@ -163,10 +171,9 @@ def test_vscode_next_edit_tab_jumps_tab_applies_escape_dismisses(tmp_path):
     assert r["line_shown"]["struck"] == "Open" and r["line_shown"]["after"] == ["Closed"] and not r["line_shown"]["ghost"]
     assert r["line_after"] == r["line_typed"].replace("ClosedMode(path) or OpenMode(None)",
                                                       "ClosedMode(path) or ClosedMode(None)"), r["line_shown"]
-    # after it (the rename's next place may show), the line's edit, then the inserted line's
-    i_line, i_inserted = [i for i in range(j + 1, len(events)) if kinds[i] == "applied"]
-    assert "dismissed" not in kinds[j + 1:i_line], kinds  # (Escape leaves the line for the insertion after it)
+    # the line's edit, then the inserted line's: each the one shown last before its Tab, Tab
     line_edit, inserted = events[i_line][1], events[i_inserted][1]
+    assert last_shown(i_line) == line_edit and last_shown(i_inserted) == inserted, kinds
     assert (line_edit["oldText"], line_edit["newText"]) == ("Open", "Closed"), kinds
     # Lines inserted: `strict=True,` typed after the first call's `name=a,`; the next edit inserts it
     # after the second call's (off screen: a hint at the cursor first), drawn after that line's end with
@@ -174,7 +181,11 @@ def test_vscode_next_edit_tab_jumps_tab_applies_escape_dismisses(tmp_path):
     assert inserted["why"].startswith("insert lines") and inserted["oldText"] == ""
     assert inserted["newText"] == "\n            strict=True,"
     assert r["insert_typed"] == r["line_after"].replace("name=a,\n", "name=a,\n        strict=True,\n", 1)
-    assert r["insert_hint"]["after"] == [f"  » next edit at line {inserted['range']['start']['line'] + 1} (Tab)"]
+    # (whether the place is still on screen when the proposal comes depends on when the editor scrolled:
+    # the hint names the place where it is drawn, and the place's own drawing may be in view already)
+    hint = f"  » next edit at line {inserted['range']['start']['line'] + 1} (Tab)"
+    assert r["insert_hint"]["after"] and set(r["insert_hint"]["after"]) <= {hint, " ⏎             strict=True,"}, r[
+        "insert_hint"]
     at = inserted["range"]["start"]
     assert r["insert_jumped"] == [at["line"] + 1, at["character"] + 1]
     assert r["insert_shown"] == {"struck": "", "after": [" ⏎             strict=True,"]}
@@ -182,3 +193,76 @@ def test_vscode_next_edit_tab_jumps_tab_applies_escape_dismisses(tmp_path):
     assert r["insert_after"] == r["insert_typed"][:a] + inserted["newText"] + r["insert_typed"][a:]
     assert r["insert_after"].endswith("            name=a,\n            strict=True,\n            path=b,\n        )\n")
     assert r["insert_applied_cursor"] == [inserted["cursor"]["line"] + 1, inserted["cursor"]["character"] + 1]
+
+
+# VS Code's default word definition (editor/common/core/wordHelper.ts, DEFAULT_WORD_REGEXP): Python's
+# language configuration in code-server 4.139.1 sets none of its own.
+_VSCODE_WORD = re.compile(r"(-?[0-9]*\.[0-9][0-9A-Za-z_]*)|([^`~!@#$%^&*()\-=+\[{\]}\\|;:'\",.<>/?\s]+)")
+
+
+def vscode_word(ghost: str) -> str:
+    """What editor.action.inlineSuggest.acceptNextWord (Ctrl+Right) accepts of `ghost`, VS Code 1.139's rule
+    (inlineCompletionsModel acceptNextWord): up to the end of the first word, or to the start of the first
+    word when the ghost text does not start with one, or to the end of the first blanks if sooner."""
+    m = _VSCODE_WORD.search(ghost)
+    cut = (len(m.group(0)) if m.start() == 0 else m.start()) if m else len(ghost)
+    blanks = re.search(r"\s+", ghost)
+    if blanks and blanks.end() < cut:
+        cut = blanks.end()
+    return ghost[:cut]
+
+
+def vscode_line(ghost: str) -> str:
+    """What editor.action.inlineSuggest.acceptNextLine (Ctrl+Down, the extension's key) accepts of `ghost`:
+    up to its first line break, that line break included, or all of it."""
+    i = ghost.find("\n")
+    return ghost if i < 0 else ghost[: i + 1]
+
+
+def test_vscode_word_and_line_rules():
+    assert vscode_word("dataclasses\") St") == "dataclasses"
+    assert vscode_word('") St') == '") '
+    assert vscode_word("  foo") == "  " and vscode_word("foo bar") == "foo" and vscode_word(" bar") == " "
+    assert vscode_word("1.5e3 x") == "1.5e3" and vscode_word("...") == "..."
+    assert vscode_line("a b\n    c") == "a b\n" and vscode_line("a b") == "a b"
+
+
+def test_e2e_accept_types_where_tiny_random_suggests_several_words():
+    """The premise of the partial-accept test: where it types (fixed path, so the same prompt every run),
+    tiny-random's whole suggestion (ditto.firstAnswerS null, as e2e.sh sets it for that scenario) has a
+    first line of which Ctrl+Right accepts a part."""
+    from lsp_server.settings import Settings
+    from support.completers import like_the_server
+
+    typed = re.search(r'^const TYPED = "([^"]*)";', ACCEPT.read_text(), re.M).group(1)
+    assert re.search(r'^  accept\) FIXTURE=example.py .*\n.*"ditto.firstAnswerS": null', E2E.read_text(), re.M)
+    workspace = re.search(r"^WS=(\S+)$", E2E.read_text(), re.M).group(1)
+    text = FIXTURE.read_text(encoding="utf-8") + typed
+    lines = text.split("\n")
+    sug = like_the_server().complete(text, len(lines) - 1, len(lines[-1]), name=f"{workspace}/example.py",
+                                     options=Settings(first_answer_s=None).decode_options())
+    first = sug.text.split("\n")[0]
+    assert first.strip() and vscode_word(first) != first, f"pick another TYPED in {ACCEPT.name}: {sug.text!r}"
+
+
+def test_vscode_accept_next_word_then_next_line(tmp_path):
+    """Ghost text from Ditto, Ctrl+Right accepts its next word (VS Code's own key), the rest stays shown,
+    Ctrl+Down (the extension's key for VS Code's acceptNextLine) accepts its next line; the saved file
+    after each key is the text before it plus exactly that part of what was shown. The rest is answered
+    by the server's type-through when VS Code asks again (ditto/stats)."""
+    shots = tmp_path / "shots"
+    run_e2e(shots, "accept")
+    r = json.loads((shots / "accept.json").read_text(encoding="utf-8"))
+    start = r["before"] + r["typed"]
+    word_step, line_step = r["steps"]
+    assert word_step["key"] == "Control+ArrowRight" and line_step["key"] == "Control+ArrowDown"
+    ghost = word_step["ghost"]
+    part = vscode_word(ghost)
+    assert part and part != ghost, ghost  # (the premise test: a line of several words)
+    assert word_step["after"] == start + part
+    # the rest of the same suggestion is what was shown when Ctrl+Down was pressed
+    assert line_step["ghost"] == ghost[len(part):]
+    assert line_step["after"] == start + part + vscode_line(line_step["ghost"])
+    log = "".join(p.read_text(encoding="utf-8") for p in shots.glob("Ditto*.log"))
+    typethrough = [int(n) for n in re.findall(r'"typethrough": (\d+)', log)]
+    assert typethrough and typethrough[-1] >= 1, typethrough

@@ -42,7 +42,9 @@ def test_neovim_shows_and_accepts_ditto_ghost_text(tmp_path):
 
     want = like_the_server().complete(SAMPLE, 5, 4, name=str(path), options=DecodeOptions(max_new_tokens=12)).text
     assert want, "tiny-random's suggestion here should be non-empty"
-    assert result["ghost"] and want.startswith(result["ghost"].split("\n")[0][:1])
+    # What the user saw is the server's suggestion (all of it, or its first words where decoding passed the
+    # first answer's deadline on a busy machine), and Tab inserted exactly what was shown.
+    assert result["ghost"] and want.startswith(result["ghost"]), (result["ghost"], want)
     assert result["accepted"] is True
-    assert result["after"] != result["before"] and result["after"] == SAMPLE + want
+    assert result["after"] != result["before"] and result["after"] == SAMPLE + result["ghost"]
     assert result["stats"]["completed"] >= 1

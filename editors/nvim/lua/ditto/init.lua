@@ -8,6 +8,8 @@ M.name = 'ditto'
 
 ---@class ditto.Keymaps
 ---@field accept? string|false Insert mode: accept the ghost text (falls back to the key itself). Default '<Tab>'.
+---@field accept_word? string|false Insert mode, 0.12+: accept the ghost text's next word (lua/ditto/partial.lua; falls back to the key itself). Default '<C-Right>'.
+---@field accept_line? string|false Insert mode, 0.12+: accept the rest of the ghost text's line, or at a line's end the next line (falls back to the key itself). Default '<C-Down>'.
 ---@field next? string|false Insert mode: next suggestion. Default '<M-]>'.
 ---@field prev? string|false Insert mode: previous suggestion. Default '<M-['>.
 ---@field trigger? string|false Insert mode, 0.11 fallback only: open the completion menu. Default '<C-Space>'.
@@ -65,7 +67,8 @@ local client_options = {
 M.defaults = {
   enable = true,
   keymaps = {
-    accept = '<Tab>', next = '<M-]>', prev = '<M-[>', trigger = '<C-Space>', next_edit = '<Tab>', dismiss = '<Esc>',
+    accept = '<Tab>', accept_word = '<C-Right>', accept_line = '<C-Down>', next = '<M-]>', prev = '<M-[>',
+    trigger = '<C-Space>', next_edit = '<Tab>', dismiss = '<Esc>',
   },
   next_edit = true,
 }
@@ -149,6 +152,14 @@ function M.attach(client, bufnr)
         return shared and require('ditto.nextedit').tab_keys() or keys.accept
       end
     end, 'Ditto: accept the suggestion', true)
+    -- Part of it: the rest stays a suggestion (the server answers the next request by type-through).
+    for kind, lhs in pairs({ word = keys.accept_word, line = keys.accept_line }) do
+      map(bufnr, lhs, function()
+        if not require('ditto.partial').accept(kind, bufnr) then
+          return lhs
+        end
+      end, ('Ditto: accept the next %s of the suggestion'):format(kind), true)
+    end
     map(bufnr, keys.next, function()
       vim.lsp.inline_completion.select({ count = 1 })
     end, 'Ditto: next suggestion')
