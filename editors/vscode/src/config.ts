@@ -33,6 +33,8 @@ export interface DittoSettings {
   adaptive: boolean;
   idlePrefill: boolean;
   wholeFile: boolean;
+  show: string;
+  learnShow: boolean;
   nextEditProposer: string;
   device: string;
   dtype: string;
@@ -56,6 +58,8 @@ export interface DittoSettings {
 
 /** The server's drafter names (none, ngram, model, hybrid): package.json's enum for `ditto.drafter`. */
 export const DRAFTERS: readonly string[] = manifest.contributes.configuration.properties["ditto.drafter"].enum;
+/** What of a suggestion is shown (all, sure, surest): package.json's enum for `ditto.show`. */
+export const SHOWS: readonly string[] = manifest.contributes.configuration.properties["ditto.show"].enum;
 /** The next-edit proposers (propagate, rewrite, both, judged): package.json's enum for `ditto.nextEditProposer`. */
 export const PROPOSERS: readonly string[] =
   manifest.contributes.configuration.properties["ditto.nextEditProposer"].enum;
@@ -72,6 +76,8 @@ export const DEFAULTS: DittoSettings = {
   adaptive: true,
   idlePrefill: true,
   wholeFile: false,
+  show: "sure",
+  learnShow: true,
   nextEditProposer: "propagate",
   device: "auto",
   dtype: "auto",
@@ -101,6 +107,8 @@ export const SERVER_KEYS = [
   "adaptive",
   "idlePrefill",
   "wholeFile",
+  "show",
+  "learnShow",
   "nextEdit",
   "nextEditProposer",
   "device",
@@ -152,6 +160,7 @@ export function readSettings(get: Getter): DittoSettings {
   const fa = get("firstAnswerS");
   const drafter = get("drafter");
   const proposer = get("nextEditProposer");
+  const show = get("show");
   const topP = get("topP");
   const seed = get("seed");
   return {
@@ -166,6 +175,8 @@ export function readSettings(get: Getter): DittoSettings {
     adaptive: bool(get("adaptive"), DEFAULTS.adaptive),
     idlePrefill: bool(get("idlePrefill"), DEFAULTS.idlePrefill),
     wholeFile: bool(get("wholeFile"), DEFAULTS.wholeFile),
+    show: typeof show === "string" && SHOWS.includes(show) ? show : DEFAULTS.show,
+    learnShow: bool(get("learnShow"), DEFAULTS.learnShow),
     nextEditProposer:
       typeof proposer === "string" && PROPOSERS.includes(proposer) ? proposer : DEFAULTS.nextEditProposer,
     device: str(get("device"), DEFAULTS.device),

@@ -22,7 +22,7 @@ M.name = 'ditto'
 M.server_options = {
   'model', 'device', 'dtype', 'backend', 'trust_remote_code', 'remote', 'drafter', 'draft_model', 'max_tokens',
   'context_tokens', 'snippets', 'draft_max', 'temperature', 'top_p', 'top_k', 'seed', 'time_budget_s', 'multiline', 'adaptive', 'idle_prefill',
-  'whole_file', 'next_edit', 'next_edit_proposer',
+  'whole_file', 'show', 'learn_show', 'next_edit', 'next_edit_proposer',
   'first_answer_s', 'load_wait_s', 'index_memory_mb',
 }
 
@@ -49,6 +49,8 @@ M.server_options = {
 ---@field adaptive? boolean Choose each draft's length from measured pass costs. Default true.
 ---@field idle_prefill? boolean Prefill the next prompt, and start its suggestion, while you pause. Default true.
 ---@field whole_file? boolean The whole file above the cursor from a warm KV per file, filled while you pause. Default false.
+---@field show? string What of a suggestion is shown: all | sure (up to where the model becomes unsure) | surest. Default 'sure'.
+---@field learn_show? boolean Let what you accept and type over move `show`'s limit a little (per workspace). Default true.
 ---@field next_edit_proposer? string Who proposes the next edit: propagate (no model) | rewrite | both | judged (the model; judged is right a little more often than propagate, with a third fewer wrong, at seconds of CPU a proposal: docs/nextedit.md). Default 'propagate'.
 ---@field first_answer_s? number|vim.NIL Answer at the first complete line, or after this many seconds of decoding (vim.NIL = wait for all). Default 1.
 ---@field load_wait_s? number Seconds a request made while the model loads waits for it (0 = none). Default 120.

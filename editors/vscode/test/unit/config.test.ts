@@ -31,6 +31,8 @@ test("settings become flat camelCase initializationOptions, client-only keys lef
     adaptive: true,
     idlePrefill: true,
     wholeFile: false,
+    show: "sure",
+    learnShow: true,
     nextEdit: true,
     nextEditProposer: "propagate",
     device: "auto",
