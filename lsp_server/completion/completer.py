@@ -291,8 +291,13 @@ class Completer:
         sug = place.answer(0, (time.perf_counter() - t0) * 1000, notice=gen.notice)
         if state is not None:
             place.ahead = hold is not None
-            state.place = place if place.text and place.completion.stats.stop_reason not in ("cancelled", "error") \
-                else None
+            old = state.place
+            if place.text and place.completion.stats.stop_reason not in ("cancelled", "error"):
+                state.place = place
+            elif old is None or (old.before, old.after) != (place.before, place.after):
+                state.place = None
+            # else: asked again where a suggestion is on screen, and that generation was stopped: the one
+            # on screen stays the place's, so typing its start is still answered from it (type-through)
         return sug
 
     def ahead(self, text: str, line: int, col: int, *, name: str | None = None, options: DecodeOptions,

@@ -47,6 +47,22 @@ def test_typing_the_suggestion_serves_its_rest_without_the_model(lm):
     assert hit.completion.stats.target_passes == 0 and hit.completion.stats.prefill_tokens == 0
 
 
+def test_a_stopped_request_where_a_suggestion_is_shown_keeps_it_for_type_through(lm):
+    """The editor asks again where a suggestion is on screen (a new generation), and that request is
+    cancelled: typing the start of the suggestion on screen is still answered from it."""
+    c = Completer(lm)
+    doc, line, col, probe = first_nonempty(c, DOCS)
+    shown = c.complete(doc, line, col, options=OPTS, cache_key="doc")
+    stopped = threading.Event()
+    stopped.set()
+    again = c.complete(doc, line, col, options=OPTS, cache_key="doc", cancel=stopped)
+    assert again.completion.stats.stop_reason == "cancelled"
+    lines = doc.split("\n")
+    lines[line] = lines[line][:col] + shown.text[:2] + lines[line][col:]
+    hit = c.complete("\n".join(lines), line, col + 2, options=OPTS, cache_key="doc")
+    assert hit.typethrough and hit.text == shown.text[2:]
+
+
 def test_type_through_never_serves_other_surrounding_text(lm):
     c = Completer(lm)
     doc, line, col, probe = first_nonempty(c, DOCS)
