@@ -62,6 +62,9 @@ def configure(p: argparse.ArgumentParser) -> None:
                         "commit), at its own defaults")
     r.add_argument("--cores", default="0,1", metavar="A,B",
                    help="Ditto's core and llama-server's core (each server runs pinned there, one thread; default 0,1)")
+    r.add_argument("--ditto-threads", type=int, default=1, metavar="N",
+                   help="Ditto's servers run N threads, pinned to N cores from Ditto's core on (default 1; a peer "
+                        "in the same run then shares cores: compare models or thread counts without it)")
     r.add_argument("--peer-followup", action="store_true",
                    help="llama-server also gets llama.vim's speculative follow-up request after each suggestion "
                         "(off by default)")

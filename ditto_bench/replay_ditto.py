@@ -55,14 +55,14 @@ def log_name(system: str) -> str:
 
 
 @contextlib.contextmanager
-def pinned(core: int | None):
-    """Run the block with this thread pinned to `core`: a process started inside inherits it,
-    exactly as `taskset -c core` pins what it starts. The thread's affinity is restored after."""
+def pinned(core: int | set[int] | None):
+    """Run the block with this thread pinned to `core` (or a set of cores): a process started inside
+    inherits it, exactly as `taskset -c core` pins what it starts. The thread's affinity is restored after."""
     if core is None or not hasattr(os, "sched_setaffinity"):
         yield
         return
     before = os.sched_getaffinity(0)
-    os.sched_setaffinity(0, {core})
+    os.sched_setaffinity(0, core if isinstance(core, set) else {core})
     try:
         yield
     finally:
@@ -100,7 +100,8 @@ class DittoDriver:
         args = ["--model", replay_model(self.system, o.model), "--backend", o.backend]
         if o.check_continuations and self.system != "ditto-base":
             args.append("--debug-hooks")
-        env = {"OMP_NUM_THREADS": "1", "DITTO_LLAMA_THREADS": "1"}
+        threads = o.ditto_threads
+        env = {"OMP_NUM_THREADS": str(threads), "DITTO_LLAMA_THREADS": str(threads)}
         cwd = None
         if self.system == "ditto-base":
             if o.baseline is None:
@@ -109,7 +110,8 @@ class DittoDriver:
             env["PYTHONPATH"] = cwd
         log = open(o.log_dir / log_name(self.system), "ab") if o.log_dir else None
         try:
-            with pinned(o.cores[0]):
+            with pinned(None if o.cores[0] is None else
+                        {(o.cores[0] + i) % (os.cpu_count() or 1) for i in range(threads)}):
                 self.client = RawClient(args, env=env, stderr=log, cwd=cwd)
         finally:
             if log is not None:
@@ -125,7 +127,7 @@ class DittoDriver:
         self.info = {"system": self.system, "serve": ["ditto-lsp", "serve", *args], "initializationOptions": settings,
                      "name_options": name_options(self.system),
                      **({"checkout": cwd, "commit": _commit(cwd)} if cwd else {}),
-                     "core": o.cores[0], "threads": 1, "env": env, "pid": self.client.pid,
+                     "core": o.cores[0], "threads": threads, "env": env, "pid": self.client.pid,
                      **{k: st.get(k) for k in ("model", "backend", "device", "dtype", "context_tokens",
                                                "context_fitted_to")}}
 

@@ -40,6 +40,7 @@ class ReplayOptions:
     # same one uninterrupted (`ditto/debug/checkPlace`). It changes what the server has done by the next request
     # (the continuation always finishes), so the times of a checked run are not those of a plain one.
     check_continuations: bool = False
+    ditto_threads: int = 1  # Ditto's servers' threads, pinned to as many cores from cores[0] on
 
 
 @dataclass(frozen=True)
