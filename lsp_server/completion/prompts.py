@@ -68,7 +68,7 @@ class Prompts:
                    file: FileState | None = None) -> Prompt:
         """The prompt `complete` sends to the engine for this position (idle prefill warms this one).
 
-        The typed text is healed (context.py `healed_tail`): the prompt ends at the last token
+        The typed text is healed (typed.py `healed_tail`): the prompt ends at the last token
         boundary before the cursor and the model writes the rest under a constraint
         (lsp_server/decoding/healing.py), so `e` can become `else` and the prompt stays the
         same while the user types inside a word. A generator that cannot be constrained (a
