@@ -31,9 +31,12 @@ Left out on purpose: processes, timeouts and caching (the loop's), tokens and th
 from __future__ import annotations
 
 import glob
+import multiprocessing
 import os
 import re
+import signal
 import sys
+import threading
 import time
 from dataclasses import dataclass
 
@@ -76,7 +79,8 @@ class Resolved:
 
 def start_process() -> None:
     """The resolver process's initializer: lower priority than the model, stdout kept off the protocol
-    (a language server's stdout is its JSON-RPC stream; a child inherits it), jedi imported once."""
+    (a language server's stdout is its JSON-RPC stream; a child inherits it), gone with the server
+    (`_gone_with`), jedi imported once."""
     try:
         os.nice(10)
     except (AttributeError, OSError):
@@ -86,7 +90,19 @@ def start_process() -> None:
     except OSError:
         pass
     sys.stdout = sys.stderr
+    parent = multiprocessing.parent_process()
+    if parent is not None:
+        threading.Thread(target=_gone_with, args=(parent,), name="ditto-definitions-parent", daemon=True).start()
     import jedi  # noqa: F401  (imported now: the first job should not pay for it)
+
+
+def _gone_with(parent) -> None:
+    """Leave when the server's process ends, however it ends. A pool's process waits for its next job
+    on a queue whose write end it holds itself, so it outlives a server killed or left by os._exit,
+    and it holds multiprocessing's resource tracker (a process that inherited the server's stdout)
+    alive with it: the client would never see the protocol's stream end."""
+    parent.join()  # (returns once the server's end of the sentinel pipe closes)
+    os.kill(os.getpid(), getattr(signal, "SIGKILL", signal.SIGTERM))  # (no cleanup to run: nothing is kept)
 
 
 def process_id() -> int:
