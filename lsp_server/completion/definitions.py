@@ -47,7 +47,7 @@ MAX_CHARS = 1600  # characters of them at most (~400 tokens: more than a share o
 MAX_LINE = 160  # characters of one written line at most (a longer header is cut)
 MAX_MEMBERS = 12  # member names of a class at most
 MAX_NAMES = 48  # distinct names looked up at most (each may make jedi read and infer a module)
-SOFT_LIMIT_S = 3.0  # no new look-up starts after this long; the loop abandons a job later (its own limit)
+SOFT_LIMIT_S = 3.0  # no new look-up starts this long after the first (once one item is found): a partial answer
 MAX_TEXT = 200_000  # characters of a document sent whole; a longer one is cut (`cap_text`)
 HEAD_LINES = 200  # of a cut document: its first lines (the imports) ...
 WINDOW_ABOVE, WINDOW_BELOW = 80, 20  # ... and these around the cursor
@@ -75,12 +75,13 @@ class Resolved:
     names: int = 0  # names looked up
     ms: float = 0.0  # time spent in this process
     error: str | None = None  # what went wrong (the result is then empty or partial)
+    partial: bool = False  # cut by SOFT_LIMIT_S (the loop does not cache it: asked again, a warmer process does more)
 
 
 def start_process() -> None:
     """The resolver process's initializer: lower priority than the model, stdout kept off the protocol
     (a language server's stdout is its JSON-RPC stream; a child inherits it), gone with the server
-    (`_gone_with`), jedi imported once."""
+    (`_gone_with`), jedi and the builtins' stubs read once."""
     try:
         os.nice(10)
     except (AttributeError, OSError):
@@ -93,7 +94,12 @@ def start_process() -> None:
     parent = multiprocessing.parent_process()
     if parent is not None:
         threading.Thread(target=_gone_with, args=(parent,), name="ditto-definitions-parent", daemon=True).start()
-    import jedi  # noqa: F401  (imported now: the first job should not pay for it)
+    import jedi
+
+    try:  # the builtins' stubs read now too: the first job should not pay for them
+        jedi.Script("len([])\n").infer(1, 1)
+    except Exception:
+        pass
 
 
 def _gone_with(parent) -> None:
@@ -135,17 +141,17 @@ def resolve(request: Request) -> Resolved:
     if request.delay_s > 0:
         time.sleep(request.delay_s)
     try:
-        lines, names, error = _resolve(request, time.perf_counter())  # (SOFT_LIMIT_S counts from here)
+        lines, names, error, partial = _resolve(request)
     except Exception as err:  # jedi on any input: an empty answer, never an error
-        lines, names, error = [], 0, f"{type(err).__name__}: {err}"
+        lines, names, error, partial = [], 0, f"{type(err).__name__}: {err}", False
     text = "".join(part + "\n" for item in lines for part in item)
-    return Resolved(text, len(lines), names, round((time.perf_counter() - t0) * 1000, 1), error)
+    return Resolved(text, len(lines), names, round((time.perf_counter() - t0) * 1000, 1), error, partial)
 
 
-def _resolve(request: Request, t0: float) -> tuple[list[list[str]], int, str | None]:
+def _resolve(request: Request) -> tuple[list[list[str]], int, str | None, bool]:
     text = request.text
     if "\x00" in text:
-        return [], 0, "binary"
+        return [], 0, "binary", False
     import jedi
 
     root = request.root if request.root and os.path.isdir(request.root) else None
@@ -159,11 +165,15 @@ def _resolve(request: Request, t0: float) -> tuple[list[list[str]], int, str | N
     out: list[list[str]] = []
     seen_names: set[str] = set()
     seen_defs: set[tuple] = set()
-    chars, looked, error = 0, 0, None
+    chars, looked, error, partial = 0, 0, None, False
+    started = time.perf_counter()  # (a cold process or a busy machine may have spent seconds before this)
     for name in used:
         if name.name in seen_names:
             continue
-        if len(out) >= MAX_ITEMS or looked >= MAX_NAMES or time.perf_counter() - t0 > SOFT_LIMIT_S:
+        if len(out) >= MAX_ITEMS or looked >= MAX_NAMES:
+            break
+        if out and time.perf_counter() - started > SOFT_LIMIT_S:
+            partial = True
             break
         seen_names.add(name.name)
         looked += 1
@@ -186,7 +196,7 @@ def _resolve(request: Request, t0: float) -> tuple[list[list[str]], int, str | N
             if item and chars + size <= MAX_CHARS:
                 out.append(item)
                 chars += size
-    return out, looked, error
+    return out, looked, error, partial
 
 
 def _venv_paths(root: str | None) -> list[str]:

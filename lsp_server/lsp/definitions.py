@@ -149,8 +149,11 @@ class DefinitionJobs:
             self._times_ms.append(result.ms)
             if result.error is not None:
                 self.failed += 1
-                log.debug("definitions: %s", result.error)
-            self._cache[key] = result
+            log.debug("definitions: %s:%d: %d items of %d names in %.0f ms%s%s", request.path, request.line + 1,
+                      result.items, result.names, result.ms, " (partial)" if result.partial else "",
+                      f" ({result.error})" if result.error else "")
+            if not result.partial:  # (cut short: the place asked again gets a job, on a warmer process)
+                self._cache[key] = result
             while len(self._cache) > self.CACHE:
                 self._cache.popitem(last=False)
             self._deliver(key, result)

@@ -128,6 +128,11 @@ def test_the_nearest_use_comes_first_and_the_caps_hold(workspace, monkeypatch):
     r = at_end(workspace)
     assert 0 < len(r.text) <= 100
     monkeypatch.setattr(definitions, "MAX_CHARS", 1600)
+    monkeypatch.setattr(definitions, "SOFT_LIMIT_S", 0.0)  # past its time: the items found so far, at least one
+    r = at_end(workspace)
+    assert r.partial and r.items == 1
+    monkeypatch.setattr(definitions, "SOFT_LIMIT_S", 3.0)
+    assert not at_end(workspace).partial
     monkeypatch.setattr(definitions, "MAX_LINE", 40)
     assert all(len(line) <= 40 for line in at_end(workspace).text.splitlines())
 
