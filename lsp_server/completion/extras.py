@@ -11,10 +11,10 @@ above, in the current file, so the model's own format is kept:
 
 The head is the same at every place of the file and its KV is reused from the last place asked
 (head.py); the sections change per place, so nothing of them may come before it. Each takes whole
-lines within its share of the budget (`ContextBudget.definitions`, `.edits`) and, as `[repeat]` does,
-the place of as many tokens at the top of the window above (`room_at_top`), so a place not visited
-yet costs what it did without them. The window keeps at least half its tokens: where it holds too
-few to give, the sections are cut (the edits first) by whole lines.
+lines (an edit's hunk whole) within its share of the budget (`ContextBudget.definitions`, `.edits`)
+and, as `[repeat]` does, the place of as many tokens at the top of the window above (`room_at_top`),
+so a place not visited yet costs what it did without them. The window keeps at least half its
+tokens: where it holds too few to give, the sections are cut (the edits first) by whole pieces.
 
 Chosen when a place is new and kept while it stays (`chosen`, in the file's prompt window state,
 context.py `Window.extras`), as `[repeat]` is: lines typed at a place never change the prompt's
@@ -50,15 +50,25 @@ def chosen(extras: PromptExtras | None, window, mid: int) -> PromptExtras:
     return extras or NONE
 
 
-def section_lines(encode, text: str, budget: int) -> list[list[int]]:
-    """The ids of `text`'s first whole lines within `budget` tokens, a list per line (`encode`
-    tokenizes one line)."""
+HUNK = ("# - ", "# + ")  # the lines of an edit's hunk, after its header (lsp_server/nextedit/recent.py)
+
+
+def section_lines(encode, text: str, budget: int, unit: tuple[str, ...] = ()) -> list[list[int]]:
+    """The ids of `text`'s first pieces within `budget` tokens, a list per piece: a line, or with
+    `unit`, a line and the lines after it that start with one of `unit` (an edit's header and its
+    lines: a header without them says nothing), whole or not at all (`encode` tokenizes one line)."""
+    pieces: list[str] = []
+    for line in text.splitlines(keepends=True):
+        if unit and pieces and line.startswith(unit):
+            pieces[-1] += line
+        else:
+            pieces.append(line)
     out: list[list[int]] = []
     n = 0
-    for line in text.splitlines(keepends=True):
-        if len(line) > 8 * max(budget, 1):  # cannot fit: not tokenized
+    for piece in pieces:
+        if len(piece) > 8 * max(budget, 1):  # cannot fit: not tokenized
             break
-        ids = encode(line)
+        ids = [t for line in piece.splitlines(keepends=True) for t in encode(line)]
         if n + len(ids) > budget:
             break
         out.append(ids)
@@ -87,13 +97,13 @@ def take(enc, encode, extras: PromptExtras | None, window, start: int, mid: int,
         return [], [], start, 0
     ex = chosen(extras, window, mid)
     defs = section_lines(encode, ex.definitions, definitions) if definitions > 0 else []
-    done = section_lines(encode, ex.edits, edits) if edits > 0 else []
+    done = section_lines(encode, ex.edits, edits, HUNK) if edits > 0 else []
     need = sum(map(len, defs)) + sum(map(len, done))
     if need == 0:
         return [], [], start, 0
     window_tokens = sum(len(enc(i)) for i in range(start, mid))
     cut, top = room_at_top(enc, start, mid, need, keep=(window_tokens + 1) // 2)
-    while need > cut and done:  # the window cannot give that much: the edits go first, then definitions
+    while need > cut and done:  # the window cannot give that much: the edits go first (a hunk whole), then definitions
         need -= len(done.pop())
     while need > cut and defs:
         need -= len(defs.pop())

@@ -54,6 +54,10 @@ def test_each_section_takes_whole_lines_within_its_share(lm):
     text = prefix_text(lm, p.ids)
     assert "def open_store" in text and "get_items(self" not in text  # the first line only
     assert "# edit in" not in text and p.sections["edits"] == 0  # not even one whole line fits 8 tokens
+    header = len(lm.encode(EDITS.split("\n")[0] + "\n"))
+    q = build_prompt(lm, DOC, LINE, 4, path="app.py", budget=replace(small, edits=header + 5), window=Window(),
+                     extras=EXTRAS)
+    assert q.sections["edits"] == 0  # the header fits, its lines do not: a hunk is whole or not there
     assert p.sections["definitions"] <= small.definitions
     lines = section_lines(lm.encode, DEFS, 10_000)
     assert [t for ids in lines for t in ids] == [t for line in DEFS.splitlines(keepends=True) for t in lm.encode(line)]
