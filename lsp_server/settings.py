@@ -106,6 +106,16 @@ class Settings:
     # The drafter's index of the open buffers, all together, in MB; least recently used ones beyond it are
     # dropped from it and indexed again when visited (completion/buffers.py; ~26 bytes a token).
     index_memory_mb: int = 64
+    # What the prompt holds beside the document (docs/design.md, "Definitions and recent edits in the prompt"):
+    # the definitions of the names the lines around the cursor use (resolved with jedi in a process of its own,
+    # lsp_server/lsp/definitions.py, never on a request's path) and the user's recent edits that bear on the
+    # cursor (lsp_server/nextedit/recent.py), as comment lines after the file's head. Each takes at most its share
+    # of the prompt budget, in place of as many tokens of the lines above, so a new place costs what it did
+    # (completion/extras.py). Defaults not measured yet.
+    definitions: bool = True
+    recent_edits: bool = True
+    definitions_share: float = 0.2  # of the prompt budget, at most, for the definitions (0 to 0.5)
+    edits_share: float = 0.1  # of the prompt budget, at most, for the recent edits (0 to 0.5)
     # -- while the model loads -----------------------------------------------------------
     load_wait_s: float = 120.0  # a request made while the model loads waits this long for it, then gets null (0 = at once)
     # -- testing (CLI only: `ditto-lsp serve --debug-hooks`) -----------------------------
@@ -116,6 +126,7 @@ class Settings:
     debug_check_places: bool = False  # answer `ditto/debug/checkPlace` (deadline + continuation against one generation)
     debug_fail_forward: bool = False  # every model pass raises a simulated out-of-memory error after running
     debug_load_delay_s: float = 0.0  # sleep on the worker before the model loads (tests make loading slow; 0 ends it)
+    debug_resolve_delay_s: float = 0.0  # sleep in the definitions' process before each job (tests make it slow)
 
     MODEL_KEYS = ("model", "device", "dtype", "backend", "trust_remote_code", "remote")
 
@@ -132,10 +143,13 @@ class Settings:
 
     def completer_settings(self) -> CompleterSettings:
         """The Completer's share of these settings (built here only)."""
+        defs = self.definitions_share if self.definitions else 0.0
+        edits = self.edits_share if self.recent_edits else 0.0
         return CompleterSettings(drafter=self.drafter, multiline=self.multiline, draft_model=self.draft_model,
-                                 budget=ContextBudget.scaled(self.context_tokens, self.snippets)
+                                 budget=ContextBudget.scaled(self.context_tokens, self.snippets, defs, edits)
                                  if self.context_tokens else None, snippets=self.snippets,
-                                 whole_file=self.whole_file, show=RULES[self.show])
+                                 whole_file=self.whole_file, show=RULES[self.show], definitions_share=defs,
+                                 edits_share=edits)
 
     # -- the names ---------------------------------------------------------------------------
     @classmethod
@@ -225,6 +239,9 @@ class Settings:
             ("load_wait_s", 0 <= self.load_wait_s <= 86_400, "in [0, 86400]"),
             ("index_memory_mb", 1 <= self.index_memory_mb <= 1 << 20, "in [1, 1048576]"),
             ("debug_load_delay_s", 0 <= self.debug_load_delay_s <= 86_400, "in [0, 86400]"),
+            ("debug_resolve_delay_s", 0 <= self.debug_resolve_delay_s <= 600, "in [0, 600]"),
+            ("definitions_share", 0 <= self.definitions_share <= 0.5, "in [0, 0.5]"),
+            ("edits_share", 0 <= self.edits_share <= 0.5, "in [0, 0.5]"),
             ("model", bool(self.model.strip()), "a non-empty model spec"),
             ("backend", self.backend in BACKENDS, ", ".join(BACKENDS[:-1]) + " or " + BACKENDS[-1]),
         ]
@@ -241,7 +258,8 @@ class Settings:
 _CLI_DEST = {"time_budget_s": "time_budget"}
 _CLI_JSON = ("remote",)  # a JSON object on the command line
 _CLI_NEGATED = {"multiline": "single_line", "adaptive": "no_adaptive", "idle_prefill": "no_idle_prefill",
-                "next_edit": "no_next_edit", "learn_show": "no_learn_show"}  # key = not args.<flag>
+                "next_edit": "no_next_edit", "learn_show": "no_learn_show", "definitions": "no_definitions",
+                "recent_edits": "no_recent_edits"}  # key = not args.<flag>
 
 
 _TYPES = {
@@ -253,6 +271,8 @@ _TYPES = {
     "max_tokens": int, "context_tokens": int, "draft_max": int, "top_k": int, "seed": (int, type(None)),
     "temperature": float, "top_p": float, "time_budget_s": (float, type(None)), "first_answer_s": (float, type(None)), "debug_step_delay_ms": float,
     "load_wait_s": float, "debug_load_delay_s": float, "index_memory_mb": int,
+    "definitions": bool, "recent_edits": bool, "definitions_share": float, "edits_share": float,
+    "debug_resolve_delay_s": float,
     "remote": dict,
 }
 

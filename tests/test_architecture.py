@@ -288,7 +288,7 @@ def test_the_private_check_catches_planted_reaches(tmp_path):
 # (`post(loop_side.warmed, snap)`, `self._post(self._sinks.count, ...)`), so they run on the loop.
 WORKER = "lsp_server.lsp.worker"
 LOOP_SIDE = tuple(f"lsp_server.lsp.{m}" for m in ("documents", "suggest", "idle", "loading", "nextedit", "handlers",
-                                                   "server", "protocol", "errors", "stats"))
+                                                   "server", "protocol", "errors", "stats", "definitions"))
 LOOP_OBJECTS = ("loop_side", "_sinks")  # the names the worker's code holds the loop's parts by
 
 

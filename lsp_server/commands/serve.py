@@ -53,6 +53,19 @@ def configure(p: argparse.ArgumentParser) -> None:
                      help="answer with the first complete line, or after this long decoding, and generate the rest "
                           f"while the editor is idle (default {Settings.first_answer_s}; none = answer when the whole "
                           "suggestion is there)")
+    srv.add_argument("--no-definitions", action="store_true",
+                     help="no definitions in the prompt: the names used around the cursor are not resolved (jedi, in "
+                          "a process of its own) and their signatures not shown (on by default; docs/design.md, "
+                          "\"Definitions and recent edits in the prompt\")")
+    srv.add_argument("--no-recent-edits", action="store_true",
+                     help="no recent edits in the prompt (your changes elsewhere that share a name with the lines "
+                          "around the cursor; on by default)")
+    srv.add_argument("--definitions-share", type=float, default=Settings.definitions_share, metavar="FRACTION",
+                     help="of the prompt budget, at most, for the definitions, taken from the lines above "
+                          f"(0 to 0.5, default {Settings.definitions_share})")
+    srv.add_argument("--edits-share", type=float, default=Settings.edits_share, metavar="FRACTION",
+                     help="of the prompt budget, at most, for the recent edits, taken from the lines above "
+                          f"(0 to 0.5, default {Settings.edits_share})")
     srv.add_argument("--index-memory-mb", type=int, default=Settings.index_memory_mb, metavar="MB",
                      help="memory for the drafter's index of the open buffers, all together; the least recently "
                           f"used beyond it are dropped and indexed again when visited (default {Settings.index_memory_mb})")

@@ -26,7 +26,8 @@ do (`drafts`, `constrains`, `resumable`), never which kind it is.
 
 What a call needs comes with it: the request's settings (`settings`, else the Completer's own,
 given at build), the file's state (`file`: its prompt window and place, lsp_server/completion/files.py;
-else the Completer's own, by key) and whom the model's passes are for (`ctx`).
+else the Completer's own, by key), whom the model's passes are for (`ctx`) and what the prompt may
+hold beside the document (`extras`: definitions and recent edits, extras.py).
 Left out on purpose: LSP types, threads and scheduling (lsp_server/lsp/), and what the parts do.
 """
 
@@ -41,6 +42,7 @@ from lsp_server.backends.base import GeneratingModel, Generator
 from lsp_server.completion.buffers import HISTORY  # noqa: F401  (the source's name)
 from lsp_server.completion.context import ContextBudget, Prompt, Window, split_at
 from lsp_server.completion.drafting import Drafters
+from lsp_server.completion.extras import PromptExtras
 from lsp_server.completion.files import FileState, FileStates
 from lsp_server.completion.fitting import Fit
 from lsp_server.completion.local import EngineGenerator
@@ -132,16 +134,17 @@ class Completer:
 
     def prompt_for(self, text: str, line: int, col: int, *, name: str | None = None, cache_key: str | None = None,
                    others: list[tuple[str, str]] | None = None, settings: CompleterSettings | None = None,
-                   file: FileState | None = None) -> Prompt:
+                   file: FileState | None = None, extras: PromptExtras | None = None) -> Prompt:
         return self.prompts.prompt_for(text, line, col, name=name, cache_key=cache_key, others=others,
-                                       settings=settings, file=file)
+                                       settings=settings, file=file, extras=extras)
 
     def warm(self, text: str, line: int, col: int, *, name: str | None = None, cache_key: str,
              cancel: threading.Event | None = None, chunk: int = 32,
              others: list[tuple[str, str]] | None = None, settings: CompleterSettings | None = None,
-             file: FileState | None = None, ctx: RequestContext | None = None) -> Stats:
+             file: FileState | None = None, ctx: RequestContext | None = None,
+             extras: PromptExtras | None = None) -> Stats:
         return self.prompts.warm(text, line, col, name=name, cache_key=cache_key, cancel=cancel, chunk=chunk,
-                                 others=others, settings=settings, file=file, ctx=ctx)
+                                 others=others, settings=settings, file=file, ctx=ctx, extras=extras)
 
     def fill(self, text: str, line: int, *, name: str | None = None, key: str | None = None,
              file: FileState | None = None, cancel: threading.Event | None = None, chunk: int = 32,
@@ -230,7 +233,7 @@ class Completer:
                  drafter: str | None = None, cancel: threading.Event | None = None, cache_key: str | None = None,
                  others: list[tuple[str, str]] | None = None, hold: threading.Event | None = None,
                  settings: CompleterSettings | None = None, file: FileState | None = None,
-                 ctx: RequestContext | None = None) -> Suggestion:
+                 ctx: RequestContext | None = None, extras: PromptExtras | None = None) -> Suggestion:
         """Complete at 0-based (line, col) of `text`; col counts code points.
 
         The end of the typed text is healed (`prompt_for`): the model writes it again, under
@@ -246,6 +249,7 @@ class Completer:
         one uninterrupted generation (lsp_server/decoding/engine.py `resume`).
 
         `hold` (`ahead`): once set, the generation pauses after its current pass, as at the deadline.
+        `extras`: the definitions and recent edits to offer the prompt (extras.py; taken at a new place).
         """
         t0 = time.perf_counter()
         opts = options or DecodeOptions()
@@ -264,7 +268,7 @@ class Completer:
             d.set_options(opts)  # a model drafter samples its drafts as the target samples
         _, typed, after, _ = split_at(text, line, col)
         prompt = self.prompt_for(text, line, col, name=name, cache_key=cache_key, others=others, settings=s,
-                                 file=file)
+                                 file=file, extras=extras)
         self.prompts.seed(prompt, file, name or cache_key, cache_key)
         shown_prompt = replace(prompt, typed=typed, after=after)
         heal = prompt.healed
@@ -302,7 +306,8 @@ class Completer:
 
     def ahead(self, text: str, line: int, col: int, *, name: str | None = None, options: DecodeOptions,
               cache_key: str, hold: threading.Event, settings: CompleterSettings | None = None,
-              file: FileState | None = None, ctx: RequestContext | None = None) -> bool:
+              file: FileState | None = None, ctx: RequestContext | None = None,
+              extras: PromptExtras | None = None) -> bool:
         """Generate, while the worker is idle, the suggestion a request at (line, col) would get, so
         that the request is answered from it (llama.vim's "speculative FIM", here for the place the
         user is at). Greedy with a deadline only: the generation pauses at its first complete line
@@ -316,11 +321,11 @@ class Completer:
         if (not self.generator.resumable or not options.greedy or options.first_answer_s is None
                 or not s.type_through or hold.is_set() or self.place_fits(cache_key, text, line, col, file=file)):
             return False  # (a suggestion that fits is there: the request is served from it)
-        ids = self.prompt_for(text, line, col, name=name, cache_key=cache_key, settings=s, file=file).ids
+        ids = self.prompt_for(text, line, col, name=name, cache_key=cache_key, settings=s, file=file, extras=extras).ids
         if self.generator.cached_ids(cache_key)[: len(ids) - 1] != ids[:-1]:
             return False
         self.complete(text, line, col, name=name, options=options, cache_key=cache_key, hold=hold, settings=s,
-                      file=file, ctx=ctx)
+                      file=file, ctx=ctx, extras=extras)
         return self.place(cache_key, file) is not None
 
 

@@ -3,7 +3,8 @@
 Layout (docs/design.md section 4), stable parts first so the KV cache covers them:
 
     [<file_sep>other.py\\n<snippet of another open buffer>]...
-    [<file_sep>this.py\\n]<fim_prefix>[this file's head][what followed the lines above the cursor further up]
+    [<file_sep>this.py\\n]<fim_prefix>[this file's head][definitions][recent edits]
+    [what followed the lines above the cursor further up]
     lines above the cursor line
     <fim_suffix>rest of the cursor line + lines below<fim_middle>[lines typed at this place]text typed on the cursor line
 
@@ -47,6 +48,9 @@ only when it must:
   when the window starts below it (head.py `file_head_ids`). It is the same at every place in the file, so
   a place not visited yet reuses its cache and costs only its own lines: the head's tokens are
   taken from the window (`ContextBudget.file_head`), so a new place costs that many fewer.
+- After the head, the definitions of the names used around the cursor and the user's recent edits,
+  as comment lines (extras.py): each within its share (`ContextBudget.definitions`, `.edits`), in
+  place of as many tokens at the top of the window, chosen when the place is new and kept while it stays.
 - The lines-below window is filled from the cursor line down (whole lines, up to
   `below`). In prefix-suffix-middle order it follows the lines above, so whenever
   anything above the cursor changes its tokens sit at new positions and are recomputed
@@ -69,7 +73,9 @@ from __future__ import annotations
 
 from dataclasses import dataclass, field
 
+from lsp_server.completion.extras import PromptExtras, room_at_top, take
 from lsp_server.completion.head import file_head_ids
+from lsp_server.completion.typed import healed_tail  # (the typed text's end; wholefile.py and tests import it here)
 from lsp_server.completion.retrieval import repeat_ids, similar_snippets
 
 
@@ -88,6 +94,7 @@ class Prompt:
     stable: list[int] = field(default_factory=list)
     stable_end: int = 0
     whole: bool = False  # the whole file above the place, from its prefix KV (lsp_server/completion/wholefile.py)
+    sections: dict = field(default_factory=dict)  # tokens of each part of `ids` (`ditto/trace`), by name
 
 
 @dataclass
@@ -107,6 +114,8 @@ class ContextBudget:
     chunk_lines: int = 8  # the lines-above window starts at a multiple of this when it can
     repeat: int = 0  # of which what followed the lines above the cursor elsewhere in the file (retrieval.py)
     file_head: int = 0  # of which this file's first lines, opening the prefix below them (head.py `file_head_ids`)
+    definitions: int = 0  # of which, at most, the definitions of names used around the cursor (extras.py)
+    edits: int = 0  # of which, at most, the user's recent edits (extras.py)
 
     def room_for_slack(self) -> int:
         return self.above // 6 if self.slack is None else max(0, min(self.slack, self.above))
@@ -124,9 +133,11 @@ class ContextBudget:
     SOURCES = ("heads", "similar", "none")  # the `snippets` setting (lsp_server/settings.py)
 
     @classmethod
-    def scaled(cls, total: int, snippets: str = "heads") -> "ContextBudget":
+    def scaled(cls, total: int, snippets: str = "heads", definitions: float = 0.0,
+               edits: float = 0.0) -> "ContextBudget":
         """A budget of `total` tokens in the proportions of 2048 (the `context_tokens` setting),
-        with snippets of the other open buffers from `snippets` (one of SOURCES).
+        with snippets of the other open buffers from `snippets` (one of SOURCES), and at most these
+        shares of `total` for the definitions and the recent edits (extras.py; taken from the lines above).
 
         "heads" (each buffer's start): below SNIPPETS_FROM tokens the other buffers get no room:
         on held-out code (tqdm, 73 requests, default model) their heads cost quality at a small
@@ -151,6 +162,7 @@ class ContextBudget:
         head = min(cls.FILE_HEAD_MAX, total // 4)
         return cls(total=total, above=above - head, below=min(full.below, max(8, total // 16)), snippets=share,
                    repeat=min(cls.REPEAT_MAX, total // 4), file_head=head,
+                   definitions=int(total * definitions), edits=int(total * edits),
                    snippet_source="similar" if snippets == "similar" else "heads",
                    chunk_lines=_power_of_two(max(2, min(full.chunk_lines, above // 60))))
 
@@ -171,6 +183,7 @@ class Window:
     head: tuple[str, ...] = ()  # the text of the window's first lines, to follow them when lines above move
     chosen: tuple = ()  # (window start, buffer names, [(name, first line)]): retrieved snippets (retrieval.py)
     repeat: tuple = ()  # (middle line, lines): what followed the lines above the cursor further up (retrieval.py)
+    extras: tuple = ()  # (middle line, PromptExtras): the definitions and edits chosen at the place (extras.py)
     middle: int | None = None  # first line of the middle: lines typed at this place go after <fim_middle> (`_middle_from`)
     last_line: int | None = None  # the cursor line of the last prompt
     suffix: str | None = None  # the text after the cursor that prompt held (the place's, while lines are typed there)
@@ -289,7 +302,7 @@ def _anchor(enc, line: int, above: int, slack: int, chunk: int) -> tuple[int, in
 
 def build_prompt(lm, text: str, line: int, col: int, others: list[tuple[str, str]] | None = None,
                  path: str | None = None, budget: ContextBudget | None = None,
-                 window: Window | None = None, heal: str = "none") -> Prompt:
+                 window: Window | None = None, heal: str = "none", extras: PromptExtras | None = None) -> Prompt:
     """Prompt ids for a completion at (line, col) of `text` (see the module docstring).
 
     `lm` needs encode(), and fim (prefix/suffix/middle ids, file_sep or None). A model
@@ -302,7 +315,8 @@ def build_prompt(lm, text: str, line: int, col: int, others: list[tuple[str, str
     the last token boundary (the generation is then constrained to write the rest,
     lsp_server/decoding/healing.py; needs `lm.token_bytes()`), "blanks" leaves out trailing
     blanks only (the model writes them; for engines that cannot be constrained), "none"
-    keeps it all. What is left out is `Prompt.healed`.
+    keeps it all. What is left out is `Prompt.healed`. `extras`: the definitions and recent edits offered
+    (extras.py), taken at a new place within the budget's shares.
     """
     b = budget or ContextBudget.default()
     _, typed, after, _ = split_at(text, line, col)  # validates line and col
@@ -363,16 +377,18 @@ def build_prompt(lm, text: str, line: int, col: int, others: list[tuple[str, str
         # cursor stay), so a prompt with it costs what one without it does: on httpx the same first
         # lines right as when it came on top of the window, and cold prompts of 168 tokens, not 211
         # (docs/perf/README.md). The same lines each time while the place stays: the prompt does not move.
-        cut, top = 0, start
-        while cut < len(repeat) and top < mid:
-            cut += len(enc(top))
-            top += 1
+        cut, top = room_at_top(enc, start, mid, len(repeat))
         if cut < len(repeat):
             repeat = []  # a window too small to take it from: left out
         elif repeat:
             above_ids = above_ids[cut:]
             above_kept = above_kept[sum(len(lines[i]) + 1 for i in range(start, top)):]
             start = top
+    defs, edits = [], []
+    if fim is not None:  # after the head, before [repeat]: their tokens come from the window's top too
+        defs, edits, top, cut = take(enc, encode, extras, window, start, mid, b.definitions, b.edits)
+        above_ids, above_kept = above_ids[cut:], above_kept[sum(len(lines[i]) + 1 for i in range(start, top)):]
+        start = top
     file_head, stable, head_end = file_head_ids(encode, text, lines, start, b.file_head if fim else 0, too_long)
     if fim is not None and fim.file_sep is not None and snippet_room > 0 and b.snippet_source == "similar":
         # This document's lines above the window are searched too (code repeats within a file: a sync
@@ -392,60 +408,22 @@ def build_prompt(lm, text: str, line: int, col: int, others: list[tuple[str, str
             room -= len(ids)
     head.extend(header)
     # The typed text comes last and takes what the total leaves (its end, nearest the cursor).
-    left = (b.total - len(head) - specials - len(file_head) - len(repeat) - len(above_ids)
-            - (len(below_ids) if fim is not None else 0))
+    left = (b.total - len(head) - specials - len(file_head) - len(defs) - len(edits) - len(repeat)
+            - len(above_ids) - (len(below_ids) if fim is not None else 0))
     typed_ids, healed = healed_tail(lm, typed[-(4 * left + 64) :] if left > 0 else "", heal)
     typed_ids = typed_ids[-left:] if left > 0 else []
     below_text = below_kept[len(after) :] if below_kept.startswith(after) else ""
     if fim is None:
         return Prompt(above_ids + typed_ids, above_kept, typed, after, below_text, start_line=start, healed=healed)
-    ids = [*head, fim.prefix, *file_head, *repeat, *above_ids, fim.suffix, *below_ids, fim.middle, *middle_ids,
-           *typed_ids]
+    ids = [*head, fim.prefix, *file_head, *defs, *edits, *repeat, *above_ids, fim.suffix, *below_ids, fim.middle,
+           *middle_ids, *typed_ids]
+    sections = {"snippets": len(head) - len(header), "header": len(header), "file_head": len(file_head),
+                "definitions": len(defs), "edits": len(edits), "repeat": len(repeat), "above": len(above_ids),
+                "below": len(below_ids), "middle": len(middle_ids), "typed": len(typed_ids)}
     if b.snippet_source == "similar":  # snippets chosen per place: no start every place shares
-        return Prompt(ids, above_kept, typed, after, below_text, names, start, healed)
+        return Prompt(ids, above_kept, typed, after, below_text, names, start, healed, sections=sections)
     return Prompt(ids, above_kept, typed, after, below_text, names, start, healed, [*head, fim.prefix, *stable],
-                  head_end)
-
-
-def healed_tail(lm, tail: str, heal: str) -> tuple[list[int], str]:
-    """(ids of the typed text the prompt ends with, the text left out for the model to write).
-
-    "token": `tail` tokenized whole, less its last token (guidance's token healing), and
-    less more tokens while the kept ones would end inside a multi-byte character; while
-    the user types inside a word the kept ids do not change, so the prompt and its KV
-    cache stay the same until a token completes. Not healed when the kept ids do not spell
-    a prefix of the text (a tokenizer that normalises). "blanks": trailing blanks only.
-    """
-    if heal == "token" and tail and not tail.strip(" \t"):
-        # Indentation alone: keep the blanks' tokens as the tokenizer writes them before a word (Qwen:
-        # all but the last, which goes with the word, " self"); healing them all made the default
-        # model write blanks to the token limit (docs/design.md, "Token healing").
-        table, full, kept, n = lm.token_bytes(), tail.encode("utf-8"), [], 0
-        for t in lm.encode(tail + "a"):
-            piece = table[t] if t < len(table) else b""
-            if n + len(piece) >= len(full) or not full.startswith(piece, n):
-                break  # (something is always left for the model to write: the last blank at least)
-            kept.append(t)
-            n += len(piece)
-        return kept, full[n:].decode("utf-8")
-    if heal == "blanks":
-        bare = tail.rstrip(" \t")
-        return (lm.encode(bare) if bare else []), tail[len(bare):]
-    if heal != "token" or not tail:
-        return (lm.encode(tail) if tail else []), ""
-    ids = lm.encode(tail)
-    table = lm.token_bytes()
-    full = tail.encode("utf-8")
-    keep = len(ids) - 1
-    while keep >= 0:
-        kept = b"".join(table[t] if t < len(table) else b"" for t in ids[:keep])
-        if not full.startswith(kept):
-            return ids, ""  # the ids do not spell the text byte for byte: no healing
-        try:
-            return ids[:keep], full[len(kept):].decode("utf-8")
-        except UnicodeDecodeError:  # the kept ids end inside a character: back up one more
-            keep -= 1
-    return ids, ""
+                  head_end, sections=sections)
 
 
 _UNFIT = [-1]  # stands for the tokens of a line too long to tokenize (never enters a prompt)

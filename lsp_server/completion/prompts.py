@@ -1,8 +1,9 @@
 """The prompt of a completion at a place, its budget, and its KV made ahead of a request (`Prompts`).
 
 - `prompt_for`: the prompt `complete` sends, built from the document, the file's prompt window
-  (context.py), the other open buffers' texts (`texts`, the snippets' source) and, once the
-  file's prefix KV is filled, the whole file above the place (wholefile.py);
+  (context.py), the other open buffers' texts (`texts`, the snippets' source), the definitions and
+  recent edits the caller brings (`extras`, extras.py) and, once the file's prefix KV is filled, the
+  whole file above the place (wholefile.py);
 - the budget: the settings' own, or the one fitted to this machine (`fit`, fitting.py);
 - token healing's table of the model's token bytes (`vocab_bytes`, lsp_server/decoding/healing.py);
 - KV ahead of a request, as idle work: `warm` prefills the prompt a request there would send,
@@ -20,6 +21,7 @@ from dataclasses import replace
 from typing import Callable
 
 from lsp_server.completion.context import ContextBudget, Prompt, build_prompt
+from lsp_server.completion.extras import PromptExtras
 from lsp_server.completion.files import FileState, FileStates
 from lsp_server.completion.fitting import Fit
 from lsp_server.completion.settings import CompleterSettings
@@ -48,7 +50,8 @@ class Prompts:
 
     def budget_for(self, settings: CompleterSettings) -> ContextBudget:
         """The prompt budget of `settings`: their own, or the one fitted to this machine."""
-        return settings.budget or ContextBudget.scaled(self.fit.tokens, settings.snippets)
+        return settings.budget or ContextBudget.scaled(self.fit.tokens, settings.snippets, settings.definitions_share,
+                                                       settings.edits_share)
 
     def budget_report(self, settings: CompleterSettings | None = None) -> dict:
         """What `ditto/stats` and `complete --json` say of the budget of `settings` (default: the
@@ -65,15 +68,16 @@ class Prompts:
 
     def prompt_for(self, text: str, line: int, col: int, *, name: str | None = None, cache_key: str | None = None,
                    others: list[tuple[str, str]] | None = None, settings: CompleterSettings | None = None,
-                   file: FileState | None = None) -> Prompt:
+                   file: FileState | None = None, extras: PromptExtras | None = None) -> Prompt:
         """The prompt `complete` sends to the engine for this position (idle prefill warms this one).
 
-        The typed text is healed (context.py `healed_tail`): the prompt ends at the last token
+        The typed text is healed (typed.py `healed_tail`): the prompt ends at the last token
         boundary before the cursor and the model writes the rest under a constraint
         (lsp_server/decoding/healing.py), so `e` can become `else` and the prompt stays the
         same while the user types inside a word. A generator that cannot be constrained (a
         remote engine) gets the trailing blanks healed only. The document's prompt window
-        (context.py) is read and moved as for a completion.
+        (context.py) is read and moved as for a completion. `extras`: the definitions and recent edits
+        to offer (extras.py; taken when the place is new). The whole-file prompt has none.
         """
         if others is None:
             others = [(n, t) for n, t in self.texts.items() if n != name]
@@ -89,19 +93,20 @@ class Prompts:
                 return whole
         return build_prompt(self.lm, text, line, col, others=others, path=name,
                             budget=self.budget_for(s),
-                            window=state.window if state is not None else None, heal=heal)
+                            window=state.window if state is not None else None, heal=heal, extras=extras)
 
     def warm(self, text: str, line: int, col: int, *, name: str | None = None, cache_key: str,
              cancel: threading.Event | None = None, chunk: int = 32,
              others: list[tuple[str, str]] | None = None, settings: CompleterSettings | None = None,
-             file: FileState | None = None, ctx: RequestContext | None = None) -> Stats:
+             file: FileState | None = None, ctx: RequestContext | None = None,
+             extras: PromptExtras | None = None) -> Stats:
         """Prefill the prompt of a completion at (line, col) without decoding (idle prefill).
 
         The same prompt `complete` would build, into the same cache: a request there then
         prefills nothing, and one that cancels this keeps what it finished (Engine.warm).
         """
         prompt = self.prompt_for(text, line, col, name=name, cache_key=cache_key, others=others, settings=settings,
-                                 file=file)
+                                 file=file, extras=extras)
         ids = prompt.ids
         cached = self.generator.cached_ids(cache_key) if line == 0 and prompt.stable_end > 0 else None
         if cached is not None and prompt.stable[: len(cached)] == cached:

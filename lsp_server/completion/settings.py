@@ -28,4 +28,8 @@ class CompleterSettings:
     budget: ContextBudget | None = field(default_factory=ContextBudget.default)
     snippets: str = "heads"
     whole_file: bool = False  # the whole file above the place once its prefix KV is filled (wholefile.py)
+    # The budget's shares, at most, of the definitions and the recent edits a call brings (extras.py), when
+    # the budget is fitted (`budget` None); a budget given has its own (ContextBudget.definitions, .edits).
+    definitions_share: float = 0.0
+    edits_share: float = 0.0
     show: ShowRule = RULES["all"]  # what of a suggestion reaches the screen (show.py); a bare Completer shows all

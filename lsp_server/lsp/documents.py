@@ -11,6 +11,11 @@ suggestion with what the user typed after it); the worker keeps its own copy of 
 own per-file state (lsp_server/lsp/worker/state.py), and indexes the buffers for the drafter while
 idle, within the `index_memory_mb` budget.
 
+A snapshot carries the user's recent edits that bear on the cursor, as the prompt's comment lines
+(`Snapshot.edits`, lsp_server/nextedit/recent.py: this document's away from the cursor's window and
+the other open documents'), computed here from the edit histories when the `recent_edits` setting
+is on: a few string searches per edit group.
+
 Only documents the client opened are read: pygls's `workspace.get_text_document` would read
 any other URI from disk, so membership in `workspace.text_documents` is checked first.
 Positions arrive in the negotiated encoding (UTF-16 by default) and are turned into code
@@ -30,6 +35,7 @@ thousand lines is its own window.
 from __future__ import annotations
 
 import logging
+import os
 from typing import Callable
 from urllib.parse import unquote
 
@@ -43,6 +49,7 @@ from lsp_server.lsp.threads import on_loop
 from lsp_server.lsp.worker.messages import (Accepted, BufferText, Closed, Snapshot, Visited, WindowText,
                                             model_text)
 from lsp_server.nextedit.history import EditHistory
+from lsp_server.nextedit.recent import recent_edits
 
 __all__ = ["DocumentSession", "Document", "Snapshot", "WindowText", "buffer_name", "model_text", "typed_after"]
 
@@ -50,6 +57,7 @@ log = logging.getLogger(__name__)
 
 WINDOW_GRID = 512  # lines: a snapshot window's edges sit on multiples of this
 WHOLE_FILE_LINES = 1024  # lines above the cursor a window reaches at least: a file's prefix sequence (wholefile.py)
+NEAR_ABOVE, NEAR_BELOW = 30, 5  # lines around the cursor: the edits shown share a word with them, and lie outside them
 
 
 class Document:
@@ -67,13 +75,16 @@ class Document:
 class DocumentSession:
     """The open documents (module docstring). `workspace` gives pygls's workspace (it exists once the
     client initialized); `budget` the prompt budget a snapshot window must hold; `to_worker` puts a
-    message in the model worker's inbox (lsp_server/lsp/worker/state.py `Worker.inbox`)."""
+    message in the model worker's inbox (lsp_server/lsp/worker/state.py `Worker.inbox`); `edits_wanted`
+    whether snapshots carry the recent edits (the `recent_edits` setting)."""
 
     def __init__(self, workspace: Callable[[], object], budget: Callable[[], ContextBudget],
-                 to_worker: Callable[[object], None] = lambda message: None):
+                 to_worker: Callable[[object], None] = lambda message: None,
+                 edits_wanted: Callable[[], bool] = lambda: False):
         self._workspace = workspace
         self._budget = budget
         self._to_worker = to_worker
+        self._edits_wanted = edits_wanted
         self._docs: dict[str, Document] = {}  # unquoted uri -> its Document
 
     def connect(self, to_worker: Callable[[object], None]) -> None:
@@ -211,7 +222,24 @@ class DocumentSession:
         self._tell_acceptances()
         name = buffer_name(uri)
         self._to_worker(Visited(uri, name))
-        return Snapshot(uri, doc.version, text, position.line - first, col, (position.line, char), name)
+        edits = self.recent_edits(doc.uri, lines, position.line) if self._edits_wanted() else ""
+        return Snapshot(uri, doc.version, text, position.line - first, col, (position.line, char), name, edits)
+
+    def recent_edits(self, uri: str, lines: Lines, line: int) -> str:
+        """The recent edits that bear on a cursor on `line` of `uri` (lsp_server/nextedit/recent.py): this
+        document's outside the lines around the cursor, the other open documents'."""
+        nl, text = lines.nl, lines.text
+        a, b = max(0, line - NEAR_ABOVE), min(len(nl), line + NEAR_BELOW + 1)
+        skip = (int(nl[a]), int(nl[b]) if b < len(nl) else len(text))
+        near = text[skip[0] : skip[1]]
+        found = []
+        for key, record in self._docs.items():
+            other = self.document(key)
+            groups = record.edits.groups()
+            if other is not None and groups:
+                here = key == unquote(uri)
+                found.append((os.path.basename(buffer_name(other.uri)), other.source, groups, skip if here else None))
+        return recent_edits(found, near) if found else ""
 
     def _window(self, lines: Lines, line: int) -> tuple[int, str]:
         """(first line, WindowText) of the lines any prompt at `line` can read (module docstring)."""
@@ -267,7 +295,8 @@ class DocumentSession:
         window = WindowText("\n".join(lines))
         window.first_line = getattr(snap.text, "first_line", 0)
         window.head_text = getattr(snap.text, "head_text", None)
-        return Snapshot(snap.uri, snap.version, window, snap.line, start + len(text), snap.position, snap.name)
+        return Snapshot(snap.uri, snap.version, window, snap.line, start + len(text), snap.position, snap.name,
+                        snap.edits)
 
 
 def typed_after(doc, shown: str, limit: int = 200) -> str:

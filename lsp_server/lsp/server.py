@@ -5,7 +5,7 @@
 | part | module | owns |
 |---|---|---|
 | `documents`: the document session | documents.py | open documents, line tables, per-file state, traces, snapshots, the change queue |
-| `service`: the completion service | suggest.py | the model worker (scheduler.py; its state in worker/), loading (loading.py), idle work (idle.py), counters (stats.py) |
+| `service`: the completion service | suggest.py | the model worker (scheduler.py; its state in worker/), loading (loading.py), idle work (idle.py), the prompt's definitions resolved in a process of their own (definitions.py), counters (stats.py) |
 | `next_edits`: `ditto/nextEdit`, the cursor line's inline item | nextedit.py | the newest request per document, its counts, the model rewriter (run on the service's worker; the edit histories are the session's) |
 | `client`: what the parts say to the client | errors.py | the one error path, notifications, `$/progress` |
 | the LSP methods, one function each | handlers.py | nothing: thin calls into the parts |
@@ -54,7 +54,8 @@ class DittoServer(LanguageServer):
         # The settings: an immutable value the loop replaces whole and the worker may read (threads.py).
         self._settings = Latest(settings or Settings())
         self.client = Client(self)
-        self.documents = DocumentSession(lambda: self.workspace, lambda: self.service.window_budget())
+        self.documents = DocumentSession(lambda: self.workspace, lambda: self.service.window_budget(),
+                                         edits_wanted=lambda: self.settings.recent_edits)
         self.service = CompletionService(self.documents, self.client, self._settings.get)
         self.next_edits = NextEdits(self.documents, self.service, self._settings.get)
 

@@ -45,6 +45,9 @@ class Counters:
     paused: int = 0  # requests answered at the deadline (first complete line), the rest generated later
     served_by_continuation: int = 0  # requests answered with text generated after an earlier answer's deadline
     resumed: int = 0  # of which the request resumed the paused generation itself (it was not finished yet)
+    prompted: int = 0  # requests the model answered from a prompt of their own (not typed through)
+    with_definitions: int = 0  # of which the prompt held definitions (lsp_server/completion/extras.py)
+    with_edits: int = 0  # of which it held recent edits
     latencies_ms: deque = field(default_factory=lambda: deque(maxlen=1000))
 
     def add(self, increments: dict) -> None:
@@ -118,4 +121,10 @@ def report(service, worker: dict, *, open_documents: int, protocol_futures: int)
         "index": worker["index"],
         "protocol_futures": protocol_futures,  # requests under way (protocol.py)
         "kv_cache": worker["kv_cache"],
+        # What the prompts held beside the document (docs/design.md, "Definitions and recent edits in the prompt"):
+        # the resolver's jobs (lsp_server/lsp/definitions.py) and the share of prompts with each section.
+        "definitions": {**service.definitions.report(), "prompts": c.prompted, "prompts_with": c.with_definitions,
+                        "share": round(c.with_definitions / c.prompted, 4) if c.prompted else None},
+        "recent_edits": {"enabled": settings.recent_edits, "prompts": c.prompted, "prompts_with": c.with_edits,
+                         "share": round(c.with_edits / c.prompted, 4) if c.prompted else None},
     }

@@ -1,7 +1,7 @@
 """The completion service (`CompletionService`): one entry point from a document's snapshot and the
 request's settings to a suggestion, over the parts it owns: the model worker (scheduler.py and the
-worker's state, lsp_server/lsp/worker/), the model's loading (loading.py), idle work (idle.py) and the
-counters (stats.py).
+worker's state, lsp_server/lsp/worker/), the model's loading (loading.py), idle work (idle.py), the
+definitions resolved in a process of their own for the prompt (definitions.py) and the counters (stats.py).
 
 On the event loop (lsp_server/lsp/threads.py). Handlers tell it what happened with its verbs
 (`opened`, `changed`, `moved`, `closed`, `invalid`, `start`, `settings_changed`) and ask with
@@ -23,6 +23,7 @@ from typing import Callable
 from lsprotocol import types
 
 from lsp_server.completion.context import ContextBudget
+from lsp_server.lsp.definitions import DefinitionJobs
 from lsp_server.lsp.documents import DocumentSession
 from lsp_server.lsp.errors import Client
 from lsp_server.lsp.idle import IdleWork
@@ -53,6 +54,7 @@ class CompletionService:
                       wake_idle=lambda: self.idle.again(0.0))
         self._worker = worker = Worker(client.post, sinks, settings, hooks)
         documents.connect(worker.inbox.put)  # the loop's messages to the worker
+        self.definitions = DefinitionJobs(documents, worker.inbox.put, settings)  # resolved off the request path
         self.scheduler = Scheduler(after_job=worker.publish)
         self.loader = ModelLoader(self.scheduler, worker, client, settings)
         post = client.post
@@ -85,6 +87,7 @@ class CompletionService:
     @on_loop
     def settings_changed(self, old: Settings, new: Settings) -> None:
         self.loader.settings_changed(old, new)
+        self.definitions.settings_changed(old, new)
 
     @on_loop
     def workspace(self, root: str | None) -> None:
@@ -92,6 +95,7 @@ class CompletionService:
         from lsp_server.backends.packaged import cache_dir
 
         self.shown = ShownLog.for_workspace(root, cache_dir())
+        self.definitions.set_root(root)
 
     def show_bias(self) -> float:
         """How far the `show` limit moves for this workspace's user (shown.py)."""
@@ -117,11 +121,14 @@ class CompletionService:
         end = edit_end(changes, units)  # where the edit left the cursor (None: not known)
         if end is not None:
             self.idle.aim(uri, end)
+            self.definitions.wanted(uri, end.line)
 
     @on_loop
     def moved(self, uri: str, position: types.Position) -> None:
-        """The cursor moved (Ditto's plugins say so): idle work warms the prompt there."""
+        """The cursor moved (Ditto's plugins say so): idle work warms the prompt there, and the names used
+        around it are resolved once the user pauses."""
         self.idle.aim(uri, position)
+        self.definitions.wanted(uri, position.line)
 
     @on_loop
     def closed(self, uri: str) -> None:
@@ -129,6 +136,7 @@ class CompletionService:
         self.shown.closed(uri)
         self.loader.forget(uri)
         self.idle.closed(uri)
+        self.definitions.closed(uri)
         self.idle.buffers_changed()
 
     @on_loop
@@ -142,6 +150,7 @@ class CompletionService:
         superseded, stale, empty)."""
         c = self.counters
         c.requests += 1
+        self.definitions.wanted(snap.uri, snap.position[0])  # (editors that do not say where the cursor moves)
         loader = self.loader
         seq = loader.arrived(snap.uri)
         settings = settings or self.settings
@@ -253,6 +262,7 @@ class CompletionService:
     def close(self, timeout: float | None = None) -> None:
         """Stop the worker (it sets the running generation's stop flag; that ends within one pass)."""
         self.shown.save()
+        self.definitions.close()
         self.scheduler.close()
         if timeout is not None:
             self.scheduler.join(timeout)

@@ -1,4 +1,4 @@
-"""Token healing (lsp_server/decoding/healing.py, lsp_server/completion/context.py `healed_tail`):
+"""Token healing (lsp_server/decoding/healing.py, lsp_server/completion/typed.py `healed_tail`):
 the mask, its exactness under speculation (greedy and sampling), the prompt it leaves, and
 KV reuse while the user types inside a word."""
 
@@ -72,7 +72,7 @@ def test_healed_tail_spells_the_typed_text_and_ends_at_a_boundary(lm, typed):
 @pytest.mark.parametrize("typed", ["        ", "\t\t", " "])
 def test_indentation_alone_leaves_its_last_blank_to_the_model(lm, typed):
     """Tokenizers write an indented line's last blank with its first word (" self"), so only that
-    blank is healed (lsp_server/completion/context.py `healed_tail`; the default model:
+    blank is healed (lsp_server/completion/typed.py `healed_tail`; the default model:
     tests/decoding/test_real_model.py)."""
     assert healed_tail(lm, typed, "token") == ((lm.encode(typed[:-1]) if typed[:-1] else []), typed[-1])
     assert healed_tail(lm, typed, "blanks") == ([], typed)  # a remote engine: the blanks are left out

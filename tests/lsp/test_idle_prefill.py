@@ -26,7 +26,9 @@ pytestmark = pytest.mark.asyncio(loop_scope="module")
 SERVER = [sys.executable, "-m", "lsp_server.cli", "serve", "--model", "tiny-random", "--max-tokens", "4",
           "--context-tokens", "2048",  # a long prompt (a GPU-sized budget): many idle passes
           "--debug-hooks"]
-FAST = {"maxTokens": 4, "debugStepDelayMs": 0, "debugNotifySteps": False, "timeBudgetS": 10}
+# (firstAnswerS named so that a test's `finally` that sends FAST puts it back: a configuration change keeps
+# what it does not name, and a deadline of 0 left by one test made the next one's answers depend on drafts.)
+FAST = {"maxTokens": 4, "debugStepDelayMs": 0, "debugNotifySteps": False, "timeBudgetS": 10, "firstAnswerS": 1.0}
 # A long document: its prompt takes many idle passes of 32 tokens.
 LINES = [f"def handler_{i}(request, value_{i}):\n    return request.process(value_{i}) + {i}\n" for i in range(150)]
 DOC = "".join(LINES) + "\n"

@@ -104,7 +104,7 @@ def _warm(worker, snap: Snapshot, s, cancel: threading.Event, post, loop_side) -
     worker.sync(s, in_idle=True)
     st = completer.warm(model_text(snap.text), snap.line, snap.col, name=snap.name, cache_key=snap.uri,
                         cancel=cancel, chunk=IDLE_CHUNK, settings=s.completer_settings(), file=file,
-                        ctx=RequestContext(snap.uri, True, cancel))
+                        ctx=RequestContext(snap.uri, True, cancel), extras=worker.extras(snap))
     stopped = st.stop_reason == "cancelled"
     worker.count(idle_prefills=1, idle_prefill_tokens=st.prefill_tokens, idle_prefills_stopped=int(stopped))
     worker.warmed.add(snap.uri)
@@ -124,7 +124,7 @@ def _ahead(worker, snap: Snapshot, s, show_bias: float, cancel: threading.Event,
     kept = completer.ahead(model_text(snap.text), snap.line, snap.col, name=snap.name,
                            options=s.decode_options(), cache_key=snap.uri, hold=cancel,
                            settings=completer_settings(s, show_bias), file=file,
-                           ctx=RequestContext(snap.uri, True, cancel))
+                           ctx=RequestContext(snap.uri, True, cancel), extras=worker.extras(snap))
     worker.count(idle_ahead=int(kept))
     if kept and completer.pending(snap.uri, file):
         # To finish later; right away unless a keystroke stopped it (then after what stopped it).

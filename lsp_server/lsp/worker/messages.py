@@ -1,9 +1,12 @@
 """What crosses from the event loop to the model worker: owned, immutable values (lsp_server/lsp/threads.py).
 
 - `Snapshot`: a request's or an aim's view of one document (its version, a window of its text, the
-  cursor), taken on the loop (lsp_server/lsp/documents.py) and never changed after;
+  cursor, the user's recent edits as the prompt's comment lines), taken on the loop
+  (lsp_server/lsp/documents.py) and never changed after;
 - the inbox messages, in the order the loop saw the events: `BufferText` (a document's new text),
-  `Closed`, `Visited` (a request came for it), `Accepted` (the user accepted a suggestion there);
+  `Closed`, `Visited` (a request came for it), `Accepted` (the user accepted a suggestion there),
+  `Definitions` (what the names used around a place are, resolved in another process:
+  lsp_server/lsp/definitions.py);
   the worker applies them before each job (lsp_server/lsp/worker/state.py `Worker.sync`);
 - `IdlePlan`: what idle work is to do, as the loop knows it when it schedules the idle job
   (lsp_server/lsp/idle.py); the worker reports what it did back to the loop.
@@ -37,6 +40,7 @@ class Snapshot:
     col: int  # code points
     position: tuple[int, int]  # (line, character) in the document, in client units, clamped to the line
     name: str = ""  # the buffer's name in prompts and the drafter's index (its path when it is a file)
+    edits: str = ""  # the recent edits that bear on the cursor, as comment lines (lsp_server/nextedit/recent.py)
 
     @property
     def first_line(self) -> int:
@@ -76,6 +80,17 @@ class Accepted:
     uri: str
     shown: str
     after: str
+
+
+@dataclass(frozen=True)
+class Definitions:
+    """The definitions of the names used around document line `line` at `version`, as the prompt's
+    comment lines (lsp_server/completion/definitions.py); the worker keeps the latest per document."""
+
+    uri: str
+    version: int | None
+    line: int
+    text: str
 
 
 @dataclass(frozen=True)

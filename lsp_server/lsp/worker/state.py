@@ -8,6 +8,9 @@ Runs on the model worker thread only (lsp_server/lsp/threads.py). It owns:
   first line of the snapshot window it is counted from; a snapshot whose window starts elsewhere
   moves it (`file`), so a prompt is the one the whole text gives (lsp_server/lsp/documents.py);
 - `warmed`: documents an idle prefill warmed since their last request (`ditto/stats` idle hits);
+- `definitions`: per open document, the latest definitions resolved for it (a `Definitions` message:
+  lsp_server/lsp/definitions.py resolves them in another process), which `extras` offers the prompt
+  with the snapshot's recent edits (lsp_server/completion/extras.py takes them at a new place);
 - `inbox`: the one thing the event loop touches, a thread-safe queue of immutable messages
   (lsp_server/lsp/worker/messages.py) that `sync` applies before each job, in order.
 
@@ -23,11 +26,12 @@ import time
 from dataclasses import dataclass, replace
 from typing import Callable
 
+from lsp_server.completion.extras import PromptExtras
 from lsp_server.completion.files import FileState
 from lsp_server.completion.rounds import trace_data
 from lsp_server.decoding.types import RequestContext
 from lsp_server.lsp.threads import on_worker
-from lsp_server.lsp.worker.messages import Accepted, BufferText, Closed, Snapshot, Visited, model_text
+from lsp_server.lsp.worker.messages import Accepted, BufferText, Closed, Definitions, Snapshot, Visited, model_text
 from lsp_server.lsp.worker.proposers import EditProposers
 
 
@@ -65,6 +69,7 @@ class Worker:
         self.texts: dict[str, BufferText] = {}
         self.files: dict[str, _File] = {}
         self.warmed: set[str] = set()
+        self.definitions: dict[str, Definitions] = {}
         self.proposers = EditProposers()
 
     # -- what the loop sent ------------------------------------------------------------------------
@@ -91,10 +96,13 @@ class Worker:
                 self.texts.pop(msg.uri, None)
                 self.files.pop(msg.uri, None)
                 self.warmed.discard(msg.uri)
+                self.definitions.pop(msg.uri, None)
             elif isinstance(msg, Visited):
                 visits.append(msg)
             elif isinstance(msg, Accepted):
                 accepted.append(msg)
+            elif isinstance(msg, Definitions) and msg.uri in self.texts:
+                self.definitions[msg.uri] = msg
         completer = self.completer
         if completer is None:
             return False  # `load` builds the Completer from `texts`
@@ -133,6 +141,15 @@ class Worker:
             rec.state.shift(first - rec.applied)
             rec.applied = first
         return rec.state
+
+    NEAR_LINES = 64  # definitions resolved this many lines or fewer from a place are offered there
+
+    def extras(self, snap: Snapshot) -> PromptExtras:
+        """What the prompt at `snap` may hold beside the document: the latest definitions resolved near
+        its line (none elsewhere: they are another place's names) and the snapshot's recent edits."""
+        d = self.definitions.get(snap.uri)
+        near = d is not None and abs(d.line - snap.position[0]) <= self.NEAR_LINES
+        return PromptExtras(model_text(d.text) if near else "", model_text(snap.edits))  # (texts of documents)
 
     def file_of(self, uri: str) -> FileState | None:
         rec = self.files.get(uri)
@@ -190,7 +207,7 @@ class Worker:
             sug = completer.complete(model_text(snap.text), snap.line, snap.col, name=snap.name,
                                      options=settings.decode_options(), cancel=cancel, cache_key=snap.uri,
                                      settings=completer_settings(settings, show_bias), file=file,
-                                     ctx=RequestContext(snap.uri, False, cancel))
+                                     ctx=RequestContext(snap.uri, False, cancel), extras=self.extras(snap))
         finally:
             self.count(stale_passes=completer.generator.stale_passes - stale_before)
         st = sug.completion.stats
@@ -198,7 +215,10 @@ class Worker:
         if sug.typethrough:
             self.count(idle_hits=int(hit))
             return sug  # the trace of the completion on screen stays the one to show
-        self.count(idle_hits=int(hit), whole_file=int(sug.prompt.whole))
+        sections = sug.prompt.sections
+        self.count(idle_hits=int(hit), whole_file=int(sug.prompt.whole), prompted=1,
+                   with_definitions=int(sections.get("definitions", 0) > 0),
+                   with_edits=int(sections.get("edits", 0) > 0))
         trace = trace_of(snap, sug, completer)
         # Where a request's time went besides the Completer (docs/design.md, "The server"): waiting for
         # the worker (idle work finishing its pass, an older request) and the rest of the job.
@@ -280,6 +300,9 @@ def trace_of(snap: Snapshot, sug, completer) -> dict:
         "ahead": sug.ahead,  # generated while idle before the request (its stats are that generation's)
         "prompt_tokens": len(sug.prompt.ids),  # what the model saw (its stats say what it processed)
         "whole_file": sug.prompt.whole,  # the whole file above the place (lsp_server/completion/wholefile.py)
+        # Tokens of each part of the prompt, by name (lsp_server/completion/context.py: snippets, header,
+        # file_head, definitions, edits, repeat, above, below, middle, typed); {} for a whole-file prompt.
+        "prompt_sections": dict(sug.prompt.sections),
         "rounds": legacy_rounds(data["rounds"], lm.decode),
         "trace": data,
         # How sure the model was of each token it wrote (lsp_server/completion/show.py decides on it):

@@ -1,0 +1,179 @@
+"""The loop's side of the prompt's definitions (lsp_server/lsp/definitions.py `DefinitionJobs`), with its
+real process: a job starts after a pause, one place at a time, and its result goes to the worker's inbox
+as a `Definitions` message; results are cached; a job that runs too long is abandoned and its process
+replaced; a process that died is replaced; off, nothing runs. No timed assertion: each test waits for
+the state it expects (at most WAIT_S, so a broken one cannot hang)."""
+
+from __future__ import annotations
+
+import asyncio
+import os
+import signal
+import time
+
+import pytest
+
+from lsp_server.lsp.definitions import DefinitionJobs
+from lsp_server.lsp.protocol import Lines
+from lsp_server.lsp.worker.messages import Definitions
+from lsp_server.settings import Settings
+from support.workspaces import write_store
+
+WAIT_S = 60
+APP = "from store import open_store\n\n\ndef main():\n    store = open_store('x')\n    store.get_items('k')\n"
+
+
+class Doc:
+    def __init__(self, uri: str, source: str, version: int = 1):
+        self.uri, self.source, self.version = uri, source, version
+
+
+class Session:
+    """What DefinitionJobs reads of the document session: open documents and their line tables."""
+
+    def __init__(self):
+        self.docs: dict[str, Doc] = {}
+
+    def document(self, uri):
+        return self.docs.get(uri)
+
+    def lines_of(self, uri, text):
+        return Lines(text)
+
+
+@pytest.fixture
+def workspace(tmp_path):
+    write_store(tmp_path)
+    (tmp_path / "app.py").write_text(APP)
+    return tmp_path
+
+
+class Setup:
+    def __init__(self, root):
+        self.session = Session()
+        self.inbox: list = []
+        self.settings = Settings(debug_hooks=True)
+        self.jobs = DefinitionJobs(self.session, self.inbox.append, lambda: self.settings)
+        self.jobs.DEBOUNCE_S = 0.05
+        self.jobs.set_root(root.as_uri())
+        self.uri = (root / "app.py").as_uri()
+        self.session.docs[self.uri] = Doc(self.uri, APP)
+
+    def slow(self, seconds: float) -> None:
+        self.settings = self.settings.merged({"debug_resolve_delay_s": seconds})
+
+    async def until(self, check) -> None:
+        deadline = time.monotonic() + WAIT_S
+        while not check():
+            assert time.monotonic() < deadline, self.jobs.report()
+            await asyncio.sleep(0.02)
+
+
+@pytest.fixture
+async def setup(workspace):
+    s = Setup(workspace)
+    yield s
+    s.jobs.close()
+
+
+async def test_a_job_runs_after_a_pause_and_its_result_goes_to_the_worker(setup):
+    assert setup.jobs.root is not None and os.path.isdir(setup.jobs.root)
+    setup.jobs.wanted(setup.uri, 5)
+    await setup.until(lambda: setup.inbox)
+    (msg,) = setup.inbox
+    assert isinstance(msg, Definitions) and (msg.uri, msg.version, msg.line) == (setup.uri, 1, 5)
+    assert "# store.py: class Store: def get_items(self, key: str) -> list: ..." in msg.text.splitlines()
+    r = setup.jobs.report()
+    assert (r["jobs"], r["abandoned"], r["failed"], r["processes_started"]) == (1, 0, 0, 1)
+    assert r["resolve_ms"]["count"] == 1 and r["resolve_ms"]["total"] > 0 and r["resolve_ms"]["p50"] is not None
+    # The same place of the same version again: from the cache, no job.
+    setup.jobs.wanted(setup.uri, 5)
+    await setup.until(lambda: len(setup.inbox) == 2)
+    assert setup.jobs.report()["cache_hits"] == 1 and setup.jobs.report()["jobs"] == 1
+    assert setup.inbox[1].text == msg.text
+
+
+async def test_places_asked_in_a_burst_make_one_job_for_the_last(setup):
+    for line in (1, 2, 3, 4, 5):
+        setup.jobs.wanted(setup.uri, line)
+    await setup.until(lambda: setup.inbox)
+    await asyncio.sleep(0.2)  # (nothing more comes)
+    assert [m.line for m in setup.inbox] == [5] and setup.jobs.report()["jobs"] == 1
+
+
+async def test_a_place_asked_while_a_job_runs_runs_next(setup):
+    setup.slow(1.0)
+    setup.jobs.wanted(setup.uri, 5)
+    await setup.until(lambda: setup.jobs.report()["running"])
+    setup.slow(0.0)
+    setup.jobs.wanted(setup.uri, 4)
+    await setup.until(lambda: len(setup.inbox) == 2)
+    assert [m.line for m in setup.inbox] == [5, 4]
+
+
+async def test_a_job_past_its_time_is_abandoned_and_its_process_replaced(setup):
+    setup.jobs.timeout_s = 5.0
+    setup.jobs.wanted(setup.uri, 5)  # the process starts (its start is not the slow job's time)
+    await setup.until(lambda: setup.inbox)
+    setup.slow(60.0)
+    setup.jobs.wanted(setup.uri, 4)
+    await setup.until(lambda: setup.jobs.report()["abandoned"] == 1)
+    assert len(setup.inbox) == 1  # nothing of it reached the worker
+    setup.slow(0.0)
+    setup.jobs.wanted(setup.uri, 3)
+    await setup.until(lambda: len(setup.inbox) == 2)
+    r = setup.jobs.report()
+    assert (r["jobs"], r["abandoned"], r["processes_started"]) == (2, 1, 2) and setup.inbox[1].line == 3
+
+
+async def test_a_process_that_died_is_replaced(setup):
+    setup.jobs.wanted(setup.uri, 5)
+    await setup.until(lambda: setup.inbox)
+    os.kill(setup.jobs._pid, signal.SIGKILL)
+    setup.session.docs[setup.uri] = Doc(setup.uri, APP + "\n", version=2)
+    setup.jobs.wanted(setup.uri, 5)  # the pool is broken: this job fails ...
+    await setup.until(lambda: setup.jobs.report()["failed"] == 1)
+    setup.jobs.wanted(setup.uri, 4)  # ... and the next one starts a new process
+    await setup.until(lambda: len(setup.inbox) == 2)
+    assert setup.jobs.report()["processes_started"] == 2
+
+
+async def test_off_nothing_runs_and_a_closed_document_gets_nothing(setup):
+    setup.settings = setup.settings.merged({"definitions": False})
+    setup.jobs.wanted(setup.uri, 5)
+    await asyncio.sleep(0.3)
+    assert not setup.inbox and setup.jobs.report()["processes_started"] == 0
+    setup.settings = setup.settings.merged({"definitions": True})
+    setup.jobs.wanted(setup.uri, 5)
+    setup.jobs.closed(setup.uri)
+    del setup.session.docs[setup.uri]
+    await asyncio.sleep(0.3)
+    assert not setup.inbox and setup.jobs.report()["jobs"] == 0
+
+
+LEAVES = """
+import os, multiprocessing
+from concurrent.futures import ProcessPoolExecutor
+from lsp_server.completion.definitions import process_id, start_process
+pool = ProcessPoolExecutor(1, mp_context=multiprocessing.get_context("spawn"), initializer=start_process)
+print(pool.submit(process_id).result(), flush=True)
+os.kill(os.getpid(), 9)  # a server killed, or gone by os._exit: nothing of the pool is shut down
+"""
+
+
+def test_the_resolver_process_leaves_with_the_server():
+    """Killed, the server leaves the pool's process waiting for a job on a queue it holds itself, and
+    multiprocessing's resource tracker (which inherited the server's stdout) alive with it: the client
+    would wait for the protocol's end for ever. The process watches its parent and goes with it; the
+    run returns once every holder of the stdout pipe is gone (its timeout only bounds a broken run)."""
+    import subprocess
+    import sys
+
+    done = subprocess.run([sys.executable, "-c", LEAVES], capture_output=True, text=True, timeout=120)
+    pid = int(done.stdout.split()[0])
+    try:
+        with open(f"/proc/{pid}/status") as f:
+            state = next(line for line in f if line.startswith("State:"))
+        assert "Z" in state  # exited, not reaped yet
+    except FileNotFoundError:
+        pass  # gone
