@@ -83,7 +83,7 @@ async def test_a_request_does_not_wait_for_the_resolver_and_a_later_one_has_its_
     assert sum(first["prompt_sections"].values()) + 3 == first["prompt_tokens"]  # (+ the three FIM tokens)
     s = await until(client, lambda s: s["definitions"]["jobs"] >= 1)  # resolved once the resolver woke
     d = s["definitions"]
-    assert d["enabled"] and d["abandoned"] == 0 and d["failed"] == 0 and d["processes_started"] == 1
+    assert d["enabled"] and d["abandoned"] == 0 and d["failed"] == 0 and d["processes_started"] == 1 and d["found"] == 1
     assert d["resolve_ms"]["total"] >= DELAY_S * 1000 and d["resolve_ms"]["count"] == 1
     # A later request at a new place nearby: its prompt has them (chosen when a place is new).
     await inline(client, uri, END - 1, 4)
