@@ -237,6 +237,7 @@ class DittoDriver:
             "typethrough": bool(text) and not same,
             "prompt_tokens_processed": stats.get("prefill_tokens"),
             "prompt_tokens": trace.get("prompt_tokens") if same else None,  # the context the model saw
+            "prompt_sections": trace.get("prompt_sections") if same else None,  # tokens of each part of the prompt
             "whole_file": trace.get("whole_file") if same else None,  # the whole file above (issue 40)
             "reused_tokens": stats.get("reused_tokens"),
             "prefill_ms": stats.get("prefill_ms"),

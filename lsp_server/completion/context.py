@@ -370,6 +370,14 @@ def build_prompt(lm, text: str, line: int, col: int, others: list[tuple[str, str
     above_kept += "".join(lines[i] + "\n" for i in range(mid, line))
     head: list[int] = []
     names: list[str] = []
+    defs, edits = [], []
+    if fim is not None:  # written after the head, before [repeat]; their tokens come from the window's top
+        # first (it keeps half its tokens), and [repeat] takes what it needs of what is left, or is left out:
+        # at a fitted budget the window above holds 100-150 tokens, and [repeat] taking first left the
+        # sections none (docs/design.md, "Definitions and recent edits in the prompt").
+        defs, edits, top, cut = take(enc, encode, extras, window, start, mid, b.definitions, b.edits)
+        above_ids, above_kept = above_ids[cut:], above_kept[sum(len(lines[i]) + 1 for i in range(start, top)):]
+        start = top
     repeat: list[int] = []
     if fim is not None and b.repeat > 0:
         repeat = repeat_ids(encode, lines, line, typed, start, mid, line + below_kept.count("\n"), b.repeat, window)
@@ -384,11 +392,6 @@ def build_prompt(lm, text: str, line: int, col: int, others: list[tuple[str, str
             above_ids = above_ids[cut:]
             above_kept = above_kept[sum(len(lines[i]) + 1 for i in range(start, top)):]
             start = top
-    defs, edits = [], []
-    if fim is not None:  # after the head, before [repeat]: their tokens come from the window's top too
-        defs, edits, top, cut = take(enc, encode, extras, window, start, mid, b.definitions, b.edits)
-        above_ids, above_kept = above_ids[cut:], above_kept[sum(len(lines[i]) + 1 for i in range(start, top)):]
-        start = top
     file_head, stable, head_end = file_head_ids(encode, text, lines, start, b.file_head if fim else 0, too_long)
     if fim is not None and fim.file_sep is not None and snippet_room > 0 and b.snippet_source == "similar":
         # This document's lines above the window are searched too (code repeats within a file: a sync

@@ -83,7 +83,7 @@ def start_process() -> None:
     (a language server's stdout is its JSON-RPC stream; a child inherits it), gone with the server
     (`_gone_with`), jedi and the builtins' stubs read once."""
     try:
-        os.nice(10)
+        os.nice(19)  # (the model's passes always come first: a job runs in the CPU they leave)
     except (AttributeError, OSError):
         pass
     try:

@@ -9,6 +9,10 @@ started on the first job. A request never waits for it:
 - the handlers' verbs say where the user is (`wanted`: an edit's end, a cursor move, a request), and
   a job starts after DEBOUNCE_S of quiet, for the newest place only; one job runs at a time, and a
   place asked meanwhile runs next;
+- with nothing asked, the places ahead (`_ahead_place`): lines every AHEAD_STEP of the document the
+  user was last at, nearest first, at most AHEAD_MAX a document, so that a place the user jumps to
+  finds definitions resolved near it before its first request (the prompt's sections are chosen when
+  a place is new and kept while it stays: completion/extras.py); a place asked always goes first;
 - results are cached by (document, version, line); what a job finds goes into the model worker's
   inbox as an immutable `Definitions` message (lsp_server/lsp/worker/messages.py), and the worker
   offers the latest near the cursor to the prompt at its next new place (worker/state.py `extras`);
@@ -50,6 +54,8 @@ class DefinitionJobs:
     DEBOUNCE_S = 0.3  # quiet after the last edit, move or request before a job starts
     TIMEOUT_S = 15.0  # a job (with its process's start, the first time) running longer is abandoned
     CACHE = 64  # results kept, by (document, version, line)
+    AHEAD_STEP = 32  # lines between the places resolved ahead (a place is offered what was resolved <= 64 lines off)
+    AHEAD_MAX = 48  # places resolved ahead a document, at most (~1,500 lines around where the user is)
 
     def __init__(self, documents: DocumentSession, to_worker: Callable[[object], None],
                  settings: Callable[[], object]):
@@ -65,6 +71,9 @@ class DefinitionJobs:
         self._next: tuple[str, int] | None = None  # a place due while a job ran
         self._task: asyncio.Task | None = None
         self._cache: OrderedDict[tuple, Resolved] = OrderedDict()
+        self._last: tuple[str, int] | None = None  # the place last asked for: the places ahead are around it
+        self._resolved: dict[str, set[int]] = {}  # per document, the lines resolved (asked or ahead)
+        self.ahead = 0  # jobs for places ahead
         self.jobs = self.abandoned = self.failed = self.cache_hits = self.pools = self.delivered = self.found = 0
         self._times_ms: deque = deque(maxlen=1000)
         self._total_ms = 0.0
@@ -81,13 +90,16 @@ class DefinitionJobs:
         """The user is at `line` of `uri`: resolve there once they pause (DEBOUNCE_S)."""
         if not self._settings().definitions:
             return
-        self._wanted = (uri, line)
+        self._wanted = self._last = (uri, line)
         if self._timer is not None:
             self._timer.cancel()
         self._timer = asyncio.get_running_loop().call_later(self.DEBOUNCE_S, self._due)
 
     @on_loop
     def closed(self, uri: str) -> None:
+        self._resolved.pop(uri, None)
+        if self._last is not None and self._last[0] == uri:
+            self._last = None
         if self._wanted is not None and self._wanted[0] == uri:
             self._wanted = None
         if self._next is not None and self._next[0] == uri:
@@ -97,7 +109,7 @@ class DefinitionJobs:
     def settings_changed(self, old, new) -> None:
         """Turned off: the process goes (it holds its memory otherwise)."""
         if old.definitions and not new.definitions:
-            self._wanted = self._next = None
+            self._wanted = self._next = self._last = None
             self._stop_pool()
 
     # -- jobs ------------------------------------------------------------------------------------
@@ -108,12 +120,20 @@ class DefinitionJobs:
         self._pump()
 
     def _pump(self) -> None:
-        if self._task is not None or self._next is None:
+        if self._task is not None:
             return
+        if self._next is None:
+            if self._wanted is not None or self._timer is not None:  # (a place asked is due soon: it goes first)
+                return
+            self._next = self._ahead_place()
+            if self._next is None:
+                return
+            self.ahead += 1
         (uri, line), self._next = self._next, None
         doc = self._documents.document(uri)
         if doc is None:
             return
+        self._resolved.setdefault(uri, set()).add(line)
         key = (uri, doc.version, line)
         hit = self._cache.get(key)
         if hit is not None:
@@ -128,6 +148,24 @@ class DefinitionJobs:
         s = self._settings()
         request = Request(buffer_name(uri), text, at, self.root, s.debug_resolve_delay_s if s.debug_hooks else 0.0)
         self._task = asyncio.get_running_loop().create_task(self._run(key, request))
+
+    def _ahead_place(self) -> tuple[str, int] | None:
+        """The next place to resolve ahead (module docstring): of the lines every AHEAD_STEP in the
+        document last asked for, the nearest to where it was asked that is not within half a step of a
+        line resolved already; None when there is none or AHEAD_MAX were resolved."""
+        if self._last is None or not self._settings().definitions:
+            return None
+        uri, line = self._last
+        doc = self._documents.document(uri)
+        done = self._resolved.setdefault(uri, set())
+        if doc is None or len(done) >= self.AHEAD_MAX:
+            return None
+        count = len(self._documents.lines_of(doc.uri, doc.source).nl)
+        half = self.AHEAD_STEP // 2
+        for a in sorted(range(0, count, self.AHEAD_STEP), key=lambda a: abs(a - line)):
+            if all(abs(a - d) >= half for d in done):
+                return uri, a
+        return None
 
     async def _run(self, key: tuple, request: Request) -> None:
         try:
@@ -205,7 +243,7 @@ class DefinitionJobs:
     # -- ditto/stats -------------------------------------------------------------------------------
     def report(self) -> dict:
         times = self._times_ms
-        return {"enabled": bool(self._settings().definitions), "jobs": self.jobs, "found": self.found, "abandoned": self.abandoned,
+        return {"enabled": bool(self._settings().definitions), "jobs": self.jobs, "ahead": self.ahead, "found": self.found, "abandoned": self.abandoned,
                 "failed": self.failed, "cache_hits": self.cache_hits, "delivered": self.delivered,
                 "processes_started": self.pools, "running": self._task is not None,
                 "resolve_ms": {"total": round(self._total_ms, 1), "p50": percentile(times, 50, 1),

@@ -151,6 +151,38 @@ async def test_off_nothing_runs_and_a_closed_document_gets_nothing(setup):
     assert not setup.inbox and setup.jobs.report()["jobs"] == 0
 
 
+LONG = APP + "".join(f"V_{i} = {i}\n" for i in range(150)) + "store2 = open_store('y')\n"
+
+
+async def test_with_nothing_asked_places_ahead_are_resolved_nearest_first_and_capped(setup):
+    """A place the user jumps to should find definitions resolved near it before its first request: with
+    nothing asked, lines every AHEAD_STEP of the document are resolved, nearest to the last place first,
+    none within half a step of one resolved, at most AHEAD_MAX; a place asked goes before the rest."""
+    setup.session.docs[setup.uri] = Doc(setup.uri, LONG)
+    setup.jobs.AHEAD_MAX = 4
+    setup.jobs.wanted(setup.uri, 70)
+    await setup.until(lambda: len(setup.inbox) == 4)
+    await asyncio.sleep(0.3)  # (nothing more comes: the cap)
+    assert [m.line for m in setup.inbox] == [70, 64 + 32, 32, 128]  # 64 is within half a step of 70
+    assert setup.jobs.report()["ahead"] == 3
+    assert all(m.version == 1 for m in setup.inbox)
+    # Past the cap, a place asked is still resolved; a new document's places ahead count afresh.
+    setup.jobs.wanted(setup.uri, 150)
+    await setup.until(lambda: len(setup.inbox) == 5)
+    assert setup.inbox[4].line == 150 and setup.jobs.report()["ahead"] == 3
+
+
+async def test_a_place_asked_while_places_ahead_run_goes_next(setup):
+    setup.session.docs[setup.uri] = Doc(setup.uri, LONG)
+    setup.slow(1.0)  # every job takes a second: the place asked comes while one ahead runs
+    setup.jobs.wanted(setup.uri, 0)
+    await setup.until(lambda: setup.inbox and setup.jobs.report()["running"])  # 0 done, 32 (ahead) running
+    setup.jobs.wanted(setup.uri, 140)
+    await setup.until(lambda: any(m.line == 140 for m in setup.inbox))
+    lines = [m.line for m in setup.inbox]
+    assert lines[:3] == [0, 32, 140], lines
+
+
 LEAVES = """
 import os, multiprocessing
 from concurrent.futures import ProcessPoolExecutor

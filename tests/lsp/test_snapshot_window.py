@@ -87,3 +87,28 @@ async def test_to_client_counts_lines_of_the_document():
     pos = server.documents.to_client(snap.text, snap.line, snap.col)
     assert (pos.line, pos.character) == (5000, 4)
     assert server.documents.to_client("a\nbc", 1, 1) == types.Position(line=1, character=1)
+
+
+def test_the_prompt_is_offered_the_definitions_resolved_nearest_its_place():
+    """lsp_server/lsp/worker/state.py `extras`: of the definitions resolved at a document's lines (where
+    the user was, and places ahead), the nearest within NEAR_LINES; none farther; a newer at the same
+    line replaces the older; a closed document's go."""
+    from lsp_server.lsp.worker.messages import BufferText, Closed, Definitions, Snapshot
+
+    ignore = lambda *args: None  # noqa: E731
+    worker = Worker(ignore, Sinks(ignore, ignore, ignore, ignore), Settings)
+    worker.inbox.put(BufferText(URI, "a.py", "x = 1\n" * 400, True, 1))
+    worker.sync(Settings())
+    for line, text in ((10, "# at 10\n"), (100, "# at 100\n"), (300, "# at 300\n"), (100, "# at 100, newer\n")):
+        worker.inbox.put(Definitions(URI, 1, line, text))
+    worker.sync(Settings())
+
+    def offered(line: int) -> str:
+        return worker.extras(Snapshot(URI, 1, "", 0, 0, (line, 0), "a.py", "# - edit\n")).definitions
+
+    assert offered(12) == "# at 10\n" and offered(60) == "# at 100, newer\n" and offered(54) == "# at 10\n"
+    assert offered(200) == "" and offered(364) == "# at 300\n" and offered(365) == ""
+    assert worker.extras(Snapshot(URI, 1, "", 0, 0, (12, 0), "a.py", "# - edit\n")).edits == "# - edit\n"
+    worker.inbox.put(Closed(URI, "a.py"))
+    worker.sync(Settings())
+    assert offered(12) == ""

@@ -85,7 +85,7 @@ class Accepted:
 @dataclass(frozen=True)
 class Definitions:
     """The definitions of the names used around document line `line` at `version`, as the prompt's
-    comment lines (lsp_server/completion/definitions.py); the worker keeps the latest per document."""
+    comment lines (lsp_server/completion/definitions.py); the worker keeps the latest per document line."""
 
     uri: str
     version: int | None

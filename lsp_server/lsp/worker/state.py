@@ -8,8 +8,9 @@ Runs on the model worker thread only (lsp_server/lsp/threads.py). It owns:
   first line of the snapshot window it is counted from; a snapshot whose window starts elsewhere
   moves it (`file`), so a prompt is the one the whole text gives (lsp_server/lsp/documents.py);
 - `warmed`: documents an idle prefill warmed since their last request (`ditto/stats` idle hits);
-- `definitions`: per open document, the latest definitions resolved for it (a `Definitions` message:
-  lsp_server/lsp/definitions.py resolves them in another process), which `extras` offers the prompt
+- `definitions`: per open document, the latest definitions resolved at each of its lines (`Definitions`
+  messages: lsp_server/lsp/definitions.py resolves them in another process, where the user is and at
+  places ahead), of which `extras` offers the prompt the nearest
   with the snapshot's recent edits (lsp_server/completion/extras.py takes them at a new place);
 - `inbox`: the one thing the event loop touches, a thread-safe queue of immutable messages
   (lsp_server/lsp/worker/messages.py) that `sync` applies before each job, in order.
@@ -69,7 +70,7 @@ class Worker:
         self.texts: dict[str, BufferText] = {}
         self.files: dict[str, _File] = {}
         self.warmed: set[str] = set()
-        self.definitions: dict[str, Definitions] = {}
+        self.definitions: dict[str, dict[int, Definitions]] = {}  # per document, by the line resolved at
         self.proposers = EditProposers()
 
     # -- what the loop sent ------------------------------------------------------------------------
@@ -102,7 +103,11 @@ class Worker:
             elif isinstance(msg, Accepted):
                 accepted.append(msg)
             elif isinstance(msg, Definitions) and msg.uri in self.texts:
-                self.definitions[msg.uri] = msg
+                at = self.definitions.setdefault(msg.uri, {})
+                at.pop(msg.line, None)
+                at[msg.line] = msg  # (the newest last: the oldest go first beyond KEEP_DEFINITIONS)
+                while len(at) > self.KEEP_DEFINITIONS:
+                    del at[next(iter(at))]
         completer = self.completer
         if completer is None:
             return False  # `load` builds the Completer from `texts`
@@ -143,13 +148,17 @@ class Worker:
         return rec.state
 
     NEAR_LINES = 64  # definitions resolved this many lines or fewer from a place are offered there
+    KEEP_DEFINITIONS = 96  # places' definitions kept a document (the resolver's places ahead: 48 at most)
 
     def extras(self, snap: Snapshot) -> PromptExtras:
-        """What the prompt at `snap` may hold beside the document: the latest definitions resolved near
-        its line (none elsewhere: they are another place's names) and the snapshot's recent edits."""
-        d = self.definitions.get(snap.uri)
-        near = d is not None and abs(d.line - snap.position[0]) <= self.NEAR_LINES
-        return PromptExtras(model_text(d.text) if near else "", model_text(snap.edits))  # (texts of documents)
+        """What the prompt at `snap` may hold beside the document: the definitions resolved nearest its
+        line, within NEAR_LINES (none farther: they are another place's names; of two as near, the one
+        resolved later), and the snapshot's recent edits."""
+        line = snap.position[0]
+        near = [(abs(d.line - line), -i, d) for i, d in enumerate(self.definitions.get(snap.uri, {}).values())
+                if abs(d.line - line) <= self.NEAR_LINES]
+        d = min(near, key=lambda t: t[:2])[2] if near else None
+        return PromptExtras(model_text(d.text) if d else "", model_text(snap.edits))  # (texts of documents)
 
     def file_of(self, uri: str) -> FileState | None:
         rec = self.files.get(uri)
