@@ -112,7 +112,7 @@ class Settings:
     # cursor (lsp_server/nextedit/recent.py), as comment lines after the file's head. Each takes at most its share
     # of the prompt budget, in place of as many tokens of the lines above, so a new place costs what it did
     # (completion/extras.py). Defaults not measured yet.
-    definitions: bool = True
+    definitions: bool = False  # off: on the tuning repositories they cost characters kept (docs/design.md says how much)
     recent_edits: bool = True
     definitions_share: float = 0.2  # of the prompt budget, at most, for the definitions (0 to 0.5)
     edits_share: float = 0.1  # of the prompt budget, at most, for the recent edits (0 to 0.5)
@@ -258,8 +258,7 @@ class Settings:
 _CLI_DEST = {"time_budget_s": "time_budget"}
 _CLI_JSON = ("remote",)  # a JSON object on the command line
 _CLI_NEGATED = {"multiline": "single_line", "adaptive": "no_adaptive", "idle_prefill": "no_idle_prefill",
-                "next_edit": "no_next_edit", "learn_show": "no_learn_show", "definitions": "no_definitions",
-                "recent_edits": "no_recent_edits"}  # key = not args.<flag>
+                "next_edit": "no_next_edit", "learn_show": "no_learn_show", "recent_edits": "no_recent_edits"}  # key = not args.<flag>
 
 
 _TYPES = {

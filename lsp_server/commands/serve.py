@@ -53,10 +53,10 @@ def configure(p: argparse.ArgumentParser) -> None:
                      help="answer with the first complete line, or after this long decoding, and generate the rest "
                           f"while the editor is idle (default {Settings.first_answer_s}; none = answer when the whole "
                           "suggestion is there)")
-    srv.add_argument("--no-definitions", action="store_true",
-                     help="no definitions in the prompt: the names used around the cursor are not resolved (jedi, in "
-                          "a process of its own) and their signatures not shown (on by default; docs/design.md, "
-                          "\"Definitions and recent edits in the prompt\")")
+    srv.add_argument("--definitions", dest="definitions", action="store_true",
+                     help="the definitions of the names used around the cursor in the prompt, resolved with jedi in a "
+                          "process of its own (off by default: at a CPU's prompt budget they cost more of the lines "
+                          "above than they gave; docs/design.md, \"Definitions and recent edits in the prompt\")")
     srv.add_argument("--no-recent-edits", action="store_true",
                      help="no recent edits in the prompt (your changes elsewhere that share a name with the lines "
                           "around the cursor; on by default)")

@@ -43,7 +43,7 @@ def test_a_few_percent_of_timing_moves_the_budget_by_a_few_percent():
 
 def test_settings_leave_the_budget_to_the_machine_unless_one_is_given():
     assert Settings.context_tokens == 0 and Settings().completer_settings().budget is None
-    assert Settings().merged({"contextTokens": 512}).completer_settings().budget == \
+    assert Settings().merged({"contextTokens": 512, "definitions": True}).completer_settings().budget == \
         ContextBudget.scaled(512, definitions=Settings.definitions_share, edits=Settings.edits_share)
     off = Settings().merged({"contextTokens": 512, "definitions": False, "recentEdits": False})
     assert off.completer_settings().budget == ContextBudget.scaled(512)  # no share for a section turned off

@@ -52,7 +52,7 @@ class Setup:
     def __init__(self, root):
         self.session = Session()
         self.inbox: list = []
-        self.settings = Settings(debug_hooks=True)
+        self.settings = Settings(debug_hooks=True, definitions=True)  # (off by default)
         self.jobs = DefinitionJobs(self.session, self.inbox.append, lambda: self.settings)
         self.jobs.DEBOUNCE_S = 0.05
         self.jobs.set_root(root.as_uri())

@@ -25,7 +25,7 @@ pytestmark = pytest.mark.asyncio(loop_scope="module")
 SERVER = [sys.executable, "-m", "lsp_server.cli", "serve", "--model", "tiny-random", "--max-tokens", "4",
           "--debug-hooks"]
 DELAY_S = 4.0  # the resolver sleeps this long before each job
-OPTIONS = {"maxTokens": 4, "timeBudgetS": 10, "debugResolveDelayS": DELAY_S}
+OPTIONS = {"maxTokens": 4, "timeBudgetS": 10, "debugResolveDelayS": DELAY_S, "definitions": True}  # (off by default)
 WAIT_S = 120
 FILLER = "".join(f"SETTING_{i} = {i}\n" for i in range(48))  # a window above with room for both sections
 APP = ("from store import open_store\n\n" + FILLER + "\n\ndef main():\n    store = open_store('x')\n"

@@ -65,7 +65,7 @@ CHANGED = {
     "first_answer_s": (["--first-answer", "none"], None),
     "load_wait_s": (["--load-wait", "30"], 30.0),
     "index_memory_mb": (["--index-memory-mb", "16"], 16),
-    "definitions": (["--no-definitions"], False),
+    "definitions": (["--definitions"], True),
     "recent_edits": (["--no-recent-edits"], False),
     "definitions_share": (["--definitions-share", "0.3"], 0.3),
     "edits_share": (["--edits-share", "0.05"], 0.05),

@@ -101,7 +101,7 @@ export const DEFAULTS: DittoSettings = {
   firstAnswerS: 1,
   loadWaitS: 120,
   indexMemoryMb: 64,
-  definitions: true,
+  definitions: false,
   recentEdits: true,
   definitionsShare: 0.2,
   editsShare: 0.1,

@@ -55,7 +55,7 @@ M.server_options = {
 ---@field first_answer_s? number|vim.NIL Answer at the first complete line, or after this many seconds of decoding (vim.NIL = wait for all). Default 1.
 ---@field load_wait_s? number Seconds a request made while the model loads waits for it (0 = none). Default 120.
 ---@field index_memory_mb? integer Memory for the drafter's index of the open buffers, in MB. Default 64.
----@field definitions? boolean The definitions of the names used around the cursor in the prompt (resolved while you pause). Default true.
+---@field definitions? boolean The definitions of the names used around the cursor in the prompt (resolved while you pause). Default false.
 ---@field recent_edits? boolean Your recent edits that share a name with the lines around the cursor in the prompt. Default true.
 ---@field definitions_share? number The prompt's share, at most, for the definitions (0 to 0.5). Default 0.2.
 ---@field edits_share? number The prompt's share, at most, for the recent edits (0 to 0.5). Default 0.1.

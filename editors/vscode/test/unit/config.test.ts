@@ -53,7 +53,7 @@ test("settings become flat camelCase initializationOptions, client-only keys lef
     firstAnswerS: 1,
     loadWaitS: 120,
     indexMemoryMb: 64,
-    definitions: true,
+    definitions: false,
     recentEdits: true,
     definitionsShare: 0.2,
     editsShare: 0.1,
