@@ -212,6 +212,11 @@ PRIVATE_ALLOWED = {
     ("lsp_server.backends.llama.binding", "_Pointer"), ("lsp_server.backends.llama.binding", "_CFuncPtr"),
     # transformers names its attention switch `config._attn_implementation`; it has no public setter.
     ("lsp_server.backends.torch.model", "_attn_implementation"),
+    # parso (jedi's parser) has no public hook for its pickle cache's file I/O; lsp_server/completion/
+    # definitions.py `parso_cache` wraps its load and save so a truncated pickle is a miss.
+    ("lsp_server.completion.definitions", "_load_from_file_system"),
+    ("lsp_server.completion.definitions", "_save_to_file_system"),
+    ("lsp_server.completion.definitions", "_get_hashed_path"),
 }
 
 
