@@ -76,6 +76,7 @@ def _run_meta(meta: dict) -> dict:
             "backend": meta.get("backend"), "dtype": meta.get("dtype"),
             "versions": {k: v for k, v in (meta.get("versions") or {}).items() if k in ("ditto-lsp", "ditto_commit", "xllamacpp")},
             "open_rest_s": (replay.get("pauses_s") or {}).get("open_rest"), "pause_scale": replay.get("pause_scale"),
+            "threads": sorted({v["threads"] for v in (replay.get("systems") or {}).values() if v.get("threads")}),
             "context_tokens": {s: v.get("context_tokens") for s, v in (replay.get("systems") or {}).items()
                                if v.get("context_tokens") is not None},
             "wall_s": meta.get("wall_s")}
@@ -168,7 +169,9 @@ REPLAY_HEAD = ("| | requests | cold p50 / p95 ms | warm p50 / p95 ms | first lin
 def _machine(runs: list[dict]) -> str:
     m = sorted({r["machine"] for r in runs if r.get("machine")})
     model = sorted({f"{r.get('model')} ({r.get('dtype')}, {r.get('backend')})" for r in runs})
-    return "; ".join([*m, *model, "one core and one thread per system"])
+    threads = sorted({t for r in runs for t in r.get("threads") or ()})
+    each = [f"one core and {' or '.join(map(str, threads))} thread{'s' if threads != [1] else ''} a server"] if threads else []
+    return "; ".join([*m, *model, *each])
 
 
 def readme_block(data: dict, rel: str = "docs/perf") -> str:

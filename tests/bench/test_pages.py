@@ -35,7 +35,7 @@ def _run(tmp_path: Path, owner_name: str) -> Path:
                  "command": f"ditto-lsp bench --repo {clone} --mode session --systems {','.join(SYSTEMS)} --out {out}",
                  "machine": {"summary": "AMD EPYC, 2 cores"}, "model": "qwen2.5-coder-0.5b", "backend": "llama.cpp",
                  "dtype": "Q4_K_M", "versions": {"ditto-lsp": "0.1.0", "ditto_commit": "abc1234"},
-                 "replay": {"systems": {s: {"context_tokens": 256} for s in SYSTEMS if s != "llama-server"}}},
+                 "replay": {"systems": {s: {"context_tokens": 256, "threads": 1} for s in SYSTEMS}}},
         "summary": {s: {"cold": {}, "warm": {}} for s in SYSTEMS},
         "tasks": tasks,
     }
@@ -78,6 +78,7 @@ def test_the_page_has_every_system_and_the_readme_three(made):
     assert "![Time to suggestion, cold and warm, of each system](docs/perf/replay.png)" in readme
     assert "| ditto#show=all | 20 |" in page and "| jd/tenacity @ 0123456789 | Ditto | 10 |" in page
     assert "ditto-lsp bench --repo path/to/pipx --mode session" in page and "--out runs/pipx" in page
+    assert "AMD EPYC, 2 cores; qwen2.5-coder-0.5b (Q4_K_M, llama.cpp); one core and 1 thread a server" in readme
     assert (made / "docs/perf/replay.png").stat().st_size > 1000
 
 
