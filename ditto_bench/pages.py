@@ -49,6 +49,22 @@ def repo_label(path: str) -> str:
     return named[-1].replace("+", "/", 1) if named else (parts[-1].removesuffix(".git") if parts else str(path))
 
 
+def clone_label(path: str) -> str:
+    """owner/name of the clone a run replayed: from its origin (a mirror's folder or a URL) where the clone is
+    still here, else from its own path (repo_label)."""
+    import subprocess
+
+    try:
+        url = subprocess.run(["git", "-C", str(path), "remote", "get-url", "origin"], capture_output=True, text=True,
+                             timeout=10).stdout.strip()
+    except (OSError, subprocess.SubprocessError):
+        url = ""
+    if "+" in url:
+        return repo_label(url)
+    m = re.search(r"[:/]([\w.-]+)/([\w.-]+?)(?:\.git)?/?$", url)
+    return f"{m.group(1)}/{m.group(2)}" if m and ("://" in url or "@" in url) else repo_label(path)
+
+
 def portable_command(command: str, label: str) -> str:
     """The run's command with this machine's paths replaced: --repo a clone, --out a folder of runs."""
     short = label.rsplit("/", 1)[-1]
@@ -68,7 +84,7 @@ def portable_command(command: str, label: str) -> str:
 
 
 def _run_meta(meta: dict) -> dict:
-    label = repo_label(meta.get("repo", "?"))
+    label = clone_label(meta.get("repo", "?"))
     replay = meta.get("replay") or {}
     return {"repo": label, "repo_commit": (meta.get("repo_commit") or "")[:10],
             "command": portable_command(meta.get("command") or "", label),

@@ -108,3 +108,14 @@ def test_a_readme_without_the_markers_and_a_run_of_another_kind_are_refused(made
     (made / "other.json").write_text(json.dumps(other))
     with pytest.raises(SystemExit, match="not an editor replay"):
         pages.main(["other.json", "--kind", "replay"])
+
+
+def test_a_run_is_named_by_its_clone_s_origin_where_the_clone_is_here(tmp_path):
+    import subprocess
+
+    for name, origin in (("a", "https://github.com/pypa/pipx.git"), ("b", "git@github.com:jd/tenacity.git"),
+                         ("c", str(tmp_path / "mirror" / "tkem+cachetools" / "repo"))):
+        subprocess.run(["git", "init", "-q", str(tmp_path / name)], check=True)
+        subprocess.run(["git", "-C", str(tmp_path / name), "remote", "add", "origin", origin], check=True)
+    assert [pages.clone_label(str(tmp_path / n)) for n in "abc"] == ["pypa/pipx", "jd/tenacity", "tkem/cachetools"]
+    assert pages.clone_label(str(tmp_path / "gone" / "sqlparse")) == "sqlparse"
