@@ -13,6 +13,8 @@ from pathlib import Path
 
 import pytest
 
+from ditto_bench.pages import OLDER_REPORTS_AT
+
 ROOT = Path(__file__).resolve().parents[1]
 
 # Paths that name one machine's files: a checkout or mirror under /work, a home directory (`/home/me/`
@@ -73,8 +75,8 @@ def machine_paths_in(path: Path) -> list[str]:
 # -- cited files exist --------------------------------------------------------------------------------
 LINK = re.compile(r"\]\(([^)\s]+)\)")
 CITED = re.compile(r"(?<![\w/:.\"'-])((?:docs|editors|tests|lsp_server|drafters|ditto_bench)/[\w./+-]*\w)")
-# A line that names the commit where the earlier reports left the tree may name what was there.
-GONE = "9fb2ee1"
+# A line that names the last commit that had the earlier reports (ditto_bench/pages.py) may name what was there.
+GONE = OLDER_REPORTS_AT
 
 
 def python_prose(text: str) -> list[tuple[int, str]]:
