@@ -148,10 +148,14 @@ class RawClient:
                 self._cond.wait(left)
 
     # -- session ----------------------------------------------------------------------------
-    def initialize(self, options: dict | None = None, progress: bool = True, timeout: float = 60.0) -> dict:
+    def initialize(self, options: dict | None = None, progress: bool = True, timeout: float = 60.0,
+                   root: str | None = None) -> dict:
+        """`root`: the workspace's root URI (an editor's open folder), also sent as its one workspace folder."""
         caps = {"window": {"workDoneProgress": progress}}
-        answer = self.call("initialize", {"processId": os.getpid(), "rootUri": None, "capabilities": caps,
-                                          "initializationOptions": options or {}}, timeout)
+        params = {"processId": os.getpid(), "rootUri": root, "capabilities": caps, "initializationOptions": options or {}}
+        if root:
+            params["workspaceFolders"] = [{"uri": root, "name": Path(root).name or "workspace"}]
+        answer = self.call("initialize", params, timeout)
         self.notify("initialized", {})
         return answer
 

@@ -119,7 +119,7 @@ class DittoDriver:
         settings = ditto_options(self.system)
         if "--debug-hooks" in args:
             settings["debugCheckPlaces"] = True
-        self.client.initialize(settings)
+        self.client.initialize(settings, root=Path(o.repo).as_uri() if o.repo else None)
         end = self.client.wait_ready(timeout=900)
         st = self.client.stats()
         if end["params"]["value"].get("message") != "ready":
@@ -144,6 +144,10 @@ class DittoDriver:
                 # need not be the one most requests ran at.
                 self.info["context_tokens_at_end"] = st.get("context_tokens")
                 self.info["context_fitted_to_at_end"] = st.get("context_fitted_to")
+                # What the prompts held beside the document over the run (docs/design.md, "Definitions and recent
+                # edits in the prompt"): the resolver's jobs and time, the share of prompts with each section.
+                self.info["definitions"] = st.get("definitions")
+                self.info["recent_edits"] = st.get("recent_edits")
             except Exception:  # noqa: BLE001  (a server that died: nothing to read, stop it anyway)
                 pass
             try:

@@ -49,7 +49,7 @@ def run_replay(args, sessions: list, systems: list[str], t_run: float):
     options = ReplayOptions(model=args.model, backend=args.backend, cores=cores, pause_scale=args.pause_scale,
                             followup=args.peer_followup, answer_timeout_s=args.answer_timeout or ANSWER_TIMEOUT_S,
                             log_dir=log_dir, baseline=args.baseline, check_continuations=args.check_continuations,
-                            ditto_threads=max(1, args.ditto_threads))
+                            ditto_threads=max(1, args.ditto_threads), repo=str(Path(args.repo).resolve()))
     meta = {"systems": {}, "cores": {"ditto": cores[0], "llama-server": cores[1]}, "threads": options.ditto_threads,
             "pause_scale": args.pause_scale,
             "pauses_s": {"open_rest": args.open_rest, "rest": REST_S, "line": LINE_PAUSE_S, "cursor_notice": CURSOR_NOTICE_S, "idle_wait": IDLE_WAIT_S},

@@ -41,6 +41,9 @@ class ReplayOptions:
     # (the continuation always finishes), so the times of a checked run are not those of a plain one.
     check_continuations: bool = False
     ditto_threads: int = 1  # Ditto's servers' threads, pinned to as many cores from cores[0] on
+    # The replayed repository: Ditto's servers get it as the workspace's root, as an editor opened on it sends
+    # (the prompt's definitions are resolved in it; lsp_server/lsp/definitions.py). None: no root.
+    repo: str | None = None
 
 
 @dataclass(frozen=True)

@@ -8,6 +8,7 @@ server's RSS and thread count (from /proc) at start, after warm-up and at the en
 
     python -m ditto_bench.storm --model tiny-random --edits 300
     python -m ditto_bench.storm --model default --edits 2000 --json storm.json
+    python -m ditto_bench.storm --model default --edits 600 --pause-every 40 --options '{"definitions": false}'
 
 `team_storm()` is the load a team makes on one shared engine (docs/team.md): several
 clients at once, each its own `ditto-lsp serve` with a remote model spec, typing its own
@@ -77,7 +78,8 @@ def main(argv):
 def storm(model: str = "tiny-random", edits: int = 300, docs: int = 4, seed: int = 0, max_tokens: int = 16,
           warmup: int = 20, cancel_every: int = 7, answer_timeout: float = 600.0, log=None,
           server_env: dict | None = None, serve_args: list[str] | tuple = (), on_key=None,
-          stderr=None, more=None, max_extra: int = 3000, init_options: dict | None = None) -> dict:
+          stderr=None, more=None, max_extra: int = 3000, init_options: dict | None = None,
+          pause_every: int = 0, pause_s: float = 0.6) -> dict:
     """Run the storm; returns its figures (see the module docstring).
 
     `serve_args`: more `ditto-lsp serve` arguments (e.g. --remote JSON); `on_key(i)` is
@@ -85,6 +87,9 @@ def storm(model: str = "tiny-random", edits: int = 300, docs: int = 4, seed: int
     keys once the `edits` are typed, keeps the storm typing while it says True (at most
     `max_extra` keys; the team storm types on until each client has recovered).
     `init_options`: more initializationOptions (e.g. a debug step delay, with --debug-hooks).
+    `pause_every`: every this many keys after the warm-up, a pause of `pause_s` (a user who stops to
+    think: the server's pause work, such as resolving the prompt's definitions, runs then). The keys
+    and requests are the same with and without pauses (the pauses draw nothing from the seed).
     """
     rng = random.Random(seed)
     say = log or (lambda *a: None)
@@ -160,6 +165,8 @@ def storm(model: str = "tiny-random", edits: int = 300, docs: int = 4, seed: int
             # Typing speed (30-150 ms a key) most of the time, bursts (no pause) otherwise.
             if rng.random() < 0.7:
                 time.sleep(rng.uniform(0.03, 0.15))
+            if pause_every and i > warmup and (i - warmup) % pause_every == 0:
+                time.sleep(pause_s)
             if i % 200 == 0:
                 say(f"storm: {i}/{edits + warmup} keys, {len(c.responses)} answers")
             if on_key is not None:
@@ -200,6 +207,7 @@ def storm(model: str = "tiny-random", edits: int = 300, docs: int = 4, seed: int
                            "max": percentile(lat, 100, 1)},
             "suggestion_latency_ms": {"p50": percentile(lat_items, 50, 1), "p95": percentile(lat_items, 95, 1),
                                       "count": len(lat_items)},
+            "definitions": after.get("definitions"), "recent_edits": after.get("recent_edits"), "pause_every": pause_every,
             "remote": after.get("remote"), "alive_until_shutdown": alive, "suggestions_at": suggestions_at,
             "served_latency_ms": after["latency_ms"],
             "typing_s": round(t_typed - t_start, 1), "drain_s": round(t_end - t_typed, 1),
@@ -360,6 +368,10 @@ def main(argv=None) -> int:
     p.add_argument("--warmup", type=int, default=20)
     p.add_argument("--seed", type=int, default=0)
     p.add_argument("--json", default=None, metavar="PATH", help="also write the figures to PATH")
+    p.add_argument("--options", default=None, metavar="JSON",
+                   help='more initializationOptions, e.g. \'{"definitions": false, "recentEdits": false}\'')
+    p.add_argument("--pause-every", type=int, default=0, metavar="N",
+                   help="a 0.6 s pause every N keys after the warm-up (the server's pause work runs then; default none)")
     g = p.add_argument_group("team (several clients on one engine; docs/team.md)")
     g.add_argument("--clients", type=int, default=None, help="run the team storm with this many clients")
     g.add_argument("--engine", default=None, metavar="tiny|FILE.gguf",
@@ -400,7 +412,8 @@ def main(argv=None) -> int:
                     engine.stop()
             out["engine"] = engine.name if engine is not None else None
     else:
-        out = storm(a.model, a.edits, a.docs, a.seed, a.max_tokens, a.warmup, log=say)
+        out = storm(a.model, a.edits, a.docs, a.seed, a.max_tokens, a.warmup, log=say,
+                    init_options=json.loads(a.options) if a.options else None, pause_every=a.pause_every)
         out.pop("suggestions_at")
     text = json.dumps(out, indent=2)
     print(text)

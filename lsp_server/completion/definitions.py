@@ -91,6 +91,7 @@ def start_process() -> None:
     except OSError:
         pass
     sys.stdout = sys.stderr
+    parso_cache()
     parent = multiprocessing.parent_process()
     if parent is not None:
         threading.Thread(target=_gone_with, args=(parent,), name="ditto-definitions-parent", daemon=True).start()
@@ -100,6 +101,64 @@ def start_process() -> None:
         jedi.Script("len([])\n").infer(1, 1)
     except Exception:
         pass
+
+
+_PARSO_PATCHED = False
+
+
+def parso_cache() -> None:
+    """jedi's parse cache made safe to share (idempotent; the resolver process calls it at start, `resolve`
+    before each job). parso (jedi's parser) pickles every module it parses into a cache folder, writing
+    the file in place and reading back whatever is there: a process killed mid-write (the loop kills a job
+    past its time, lsp_server/lsp/definitions.py) or two servers writing one module at once leave a
+    truncated pickle, and from then on every job that reads that module (the builtins' stubs: every
+    job) raises EOFError, for this server and for the next. So here: the cache is Ditto's own folder
+    (DITTO_CACHE_DIR or ~/.cache/ditto, `jedi/`), not the one other jedi tools write without these
+    guards; a pickle that cannot be read is a miss, removed and parsed again; and a pickle is written
+    to a temporary file first and renamed into place whole. Where parso's internals are not what this
+    expects, the cache stays on disk as parso has it (only the folder is Ditto's)."""
+    global _PARSO_PATCHED
+    if _PARSO_PATCHED:
+        return
+    _PARSO_PATCHED = True
+    import pickle
+
+    import jedi.settings
+    from lsp_server.backends.packaged import cache_dir
+
+    jedi.settings.cache_directory = str(cache_dir() / "jedi")
+    try:
+        import parso.cache as pc
+
+        load, hashed = pc._load_from_file_system, pc._get_hashed_path
+    except (ImportError, AttributeError):
+        return
+
+    def safe_load(hashed_grammar, path, p_time, cache_path=None):
+        try:
+            return load(hashed_grammar, path, p_time, cache_path=cache_path)
+        except (EOFError, pickle.UnpicklingError, AttributeError, ImportError, IndexError, TypeError,
+                ValueError, MemoryError, OSError):
+            try:
+                os.remove(hashed(hashed_grammar, path, cache_path=cache_path))
+            except OSError:
+                pass
+            return None
+
+    def safe_save(hashed_grammar, path, item, cache_path=None):
+        target = hashed(hashed_grammar, path, cache_path=cache_path)
+        temp = f"{target}.{os.getpid()}.tmp"
+        try:
+            with open(temp, "wb") as f:
+                pickle.dump(item, f, pickle.HIGHEST_PROTOCOL)
+            os.replace(temp, target)
+        except OSError:  # (a full disk, a read-only folder: the module stays cached in memory)
+            try:
+                os.remove(temp)
+            except OSError:
+                pass
+
+    pc._load_from_file_system, pc._save_to_file_system = safe_load, safe_save
 
 
 def _gone_with(parent) -> None:
@@ -152,6 +211,7 @@ def _resolve(request: Request) -> tuple[list[list[str]], int, str | None, bool]:
     text = request.text
     if "\x00" in text:
         return [], 0, "binary", False
+    parso_cache()
     import jedi
 
     root = request.root if request.root and os.path.isdir(request.root) else None
@@ -193,7 +253,7 @@ def _resolve(request: Request) -> tuple[list[list[str]], int, str | None, bool]:
                 error = f"{type(err).__name__}: {err}"
                 continue
             size = sum(len(part) + 1 for part in item)
-            if item and chars + size <= MAX_CHARS:
+            if item and item not in out and chars + size <= MAX_CHARS:  # (two names of one statement: once)
                 out.append(item)
                 chars += size
     return out, looked, error, partial

@@ -65,7 +65,7 @@ class DefinitionJobs:
         self._next: tuple[str, int] | None = None  # a place due while a job ran
         self._task: asyncio.Task | None = None
         self._cache: OrderedDict[tuple, Resolved] = OrderedDict()
-        self.jobs = self.abandoned = self.failed = self.cache_hits = self.pools = self.delivered = 0
+        self.jobs = self.abandoned = self.failed = self.cache_hits = self.pools = self.delivered = self.found = 0
         self._times_ms: deque = deque(maxlen=1000)
         self._total_ms = 0.0
 
@@ -149,6 +149,8 @@ class DefinitionJobs:
             self._times_ms.append(result.ms)
             if result.error is not None:
                 self.failed += 1
+            if result.items:
+                self.found += 1
             log.debug("definitions: %s:%d: %d items of %d names in %.0f ms%s%s", request.path, request.line + 1,
                       result.items, result.names, result.ms, " (partial)" if result.partial else "",
                       f" ({result.error})" if result.error else "")
@@ -203,7 +205,7 @@ class DefinitionJobs:
     # -- ditto/stats -------------------------------------------------------------------------------
     def report(self) -> dict:
         times = self._times_ms
-        return {"enabled": bool(self._settings().definitions), "jobs": self.jobs, "abandoned": self.abandoned,
+        return {"enabled": bool(self._settings().definitions), "jobs": self.jobs, "found": self.found, "abandoned": self.abandoned,
                 "failed": self.failed, "cache_hits": self.cache_hits, "delivered": self.delivered,
                 "processes_started": self.pools, "running": self._task is not None,
                 "resolve_ms": {"total": round(self._total_ms, 1), "p50": percentile(times, 50, 1),

@@ -210,3 +210,37 @@ def test_the_debug_delay_sleeps_first(workspace, monkeypatch):
     monkeypatch.setattr(definitions.time, "sleep", slept.append)
     at_end(workspace, delay_s=0.5)
     assert slept == [0.5]
+
+
+def test_a_truncated_parse_cache_is_a_miss_and_written_again_whole(workspace):
+    """parso pickles what it parses; a pickle cut short (a job killed mid-write, two servers writing one
+    module) made every later job raise EOFError, for this server and the next (definitions.py
+    `parso_cache`). Every pickle in the cache cut in half: the answer is the same, and what was read again is whole again."""
+    import glob
+    import pickle
+
+    import jedi.settings
+    import parso.cache
+
+    first = at_end(workspace)
+    assert first.error is None and first.items > 0
+    assert jedi.settings.cache_directory.endswith(os.path.join("ditto", "jedi"))  # Ditto's own, not jedi's shared one
+    pickles = glob.glob(os.path.join(jedi.settings.cache_directory, "**", "*.pkl"), recursive=True)
+    assert pickles
+    for path in pickles:
+        size = os.path.getsize(path)
+        with open(path, "r+b") as f:
+            f.truncate(size // 2)
+    parso.cache.parser_cache.clear()  # read from disk again, as a new process would
+    again = at_end(workspace)
+    assert (again.error, again.text) == (None, first.text)
+    whole = 0
+    for path in glob.glob(os.path.join(jedi.settings.cache_directory, "**", "*.pkl"), recursive=True):
+        try:
+            with open(path, "rb") as f:
+                pickle.load(f)
+            whole += 1
+        except (EOFError, pickle.UnpicklingError):
+            pass  # (a module this job did not read again stays as it was, a miss when read)
+    assert whole > 0  # those read again were removed and written again whole
+    assert not glob.glob(os.path.join(jedi.settings.cache_directory, "**", "*.tmp"), recursive=True)

@@ -27,7 +27,7 @@ SERVER = [sys.executable, "-m", "lsp_server.cli", "serve", "--model", "tiny-rand
 DELAY_S = 4.0  # the resolver sleeps this long before each job
 OPTIONS = {"maxTokens": 4, "timeBudgetS": 10, "debugResolveDelayS": DELAY_S}
 WAIT_S = 120
-FILLER = "".join(f"SETTING_{i} = {i}\n" for i in range(24))
+FILLER = "".join(f"SETTING_{i} = {i}\n" for i in range(48))  # a window above with room for both sections
 APP = ("from store import open_store\n\n" + FILLER + "\n\ndef main():\n    store = open_store('x')\n"
        "    items = store.get_items('k')\n    \n\n\ndef other():\n    pass\n")
 END = APP.split("\n").index("    items = store.get_items('k')") + 1  # the blank line after it: (END, 4)
@@ -83,7 +83,7 @@ async def test_a_request_does_not_wait_for_the_resolver_and_a_later_one_has_its_
     assert sum(first["prompt_sections"].values()) + 3 == first["prompt_tokens"]  # (+ the three FIM tokens)
     s = await until(client, lambda s: s["definitions"]["jobs"] >= 1)  # resolved once the resolver woke
     d = s["definitions"]
-    assert d["enabled"] and d["abandoned"] == 0 and d["failed"] == 0 and d["processes_started"] == 1
+    assert d["enabled"] and d["abandoned"] == 0 and d["failed"] == 0 and d["processes_started"] == 1 and d["found"] == 1
     assert d["resolve_ms"]["total"] >= DELAY_S * 1000 and d["resolve_ms"]["count"] == 1
     # A later request at a new place nearby: its prompt has them (chosen when a place is new).
     await inline(client, uri, END - 1, 4)
@@ -107,6 +107,6 @@ async def test_an_edit_elsewhere_that_shares_a_name_with_the_cursors_lines_is_in
     before = (await request(client, "ditto/stats", {}))["recent_edits"]["prompts_with"]
     await inline(client, uri, END + 1, 0)  # a new place in app.py, below `store.get_items(...)`
     t = await request(client, "ditto/trace", {"uri": uri})
-    assert t["prompt_sections"]["edits"] > 0
+    assert t["prompt_sections"]["edits"] > 0, {k: t[k] for k in ("prompt_sections", "prompt_tokens", "source") if k in t}
     s = await request(client, "ditto/stats", {})
     assert s["recent_edits"]["enabled"] and s["recent_edits"]["prompts_with"] == before + 1

@@ -54,6 +54,10 @@ export interface DittoSettings {
   firstAnswerS: number | null;
   loadWaitS: number;
   indexMemoryMb: number;
+  definitions: boolean;
+  recentEdits: boolean;
+  definitionsShare: number;
+  editsShare: number;
 }
 
 /** The server's drafter names (none, ngram, model, hybrid): package.json's enum for `ditto.drafter`. */
@@ -97,6 +101,10 @@ export const DEFAULTS: DittoSettings = {
   firstAnswerS: 1,
   loadWaitS: 120,
   indexMemoryMb: 64,
+  definitions: true,
+  recentEdits: true,
+  definitionsShare: 0.2,
+  editsShare: 0.1,
 };
 
 /** The keys the server understands (its Settings dataclass, camelCase). */
@@ -129,12 +137,21 @@ export const SERVER_KEYS = [
   "firstAnswerS",
   "loadWaitS",
   "indexMemoryMb",
+  "definitions",
+  "recentEdits",
+  "definitionsShare",
+  "editsShare",
 ] as const;
 
 /** Changing one of these needs a new server process, not a configuration message. */
 export const RESTART_KEYS = ["serverCommand", "pythonPath", "serverArgs"] as const;
 
 export type Getter = (key: string) => unknown;
+
+/** A share of the prompt budget: a number in [0, 0.5] (the server's range), else the default. */
+function share(v: unknown, dflt: number): number {
+  return typeof v === "number" && v >= 0 && v <= 0.5 ? v : dflt;
+}
 
 function str(v: unknown, dflt: string): string {
   return typeof v === "string" && v.trim() !== "" ? v.trim() : dflt;
@@ -197,6 +214,10 @@ export function readSettings(get: Getter): DittoSettings {
     firstAnswerS: fa === null ? null : typeof fa === "number" && fa >= 0 ? fa : DEFAULTS.firstAnswerS,
     loadWaitS: num(get("loadWaitS"), DEFAULTS.loadWaitS, 0, false),
     indexMemoryMb: num(get("indexMemoryMb"), DEFAULTS.indexMemoryMb, 1, true),
+    definitions: bool(get("definitions"), DEFAULTS.definitions),
+    recentEdits: bool(get("recentEdits"), DEFAULTS.recentEdits),
+    definitionsShare: share(get("definitionsShare"), DEFAULTS.definitionsShare),
+    editsShare: share(get("editsShare"), DEFAULTS.editsShare),
   };
 }
 

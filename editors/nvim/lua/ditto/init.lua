@@ -23,7 +23,7 @@ M.server_options = {
   'model', 'device', 'dtype', 'backend', 'trust_remote_code', 'remote', 'drafter', 'draft_model', 'max_tokens',
   'context_tokens', 'snippets', 'draft_max', 'temperature', 'top_p', 'top_k', 'seed', 'time_budget_s', 'multiline', 'adaptive', 'idle_prefill',
   'whole_file', 'show', 'learn_show', 'next_edit', 'next_edit_proposer',
-  'first_answer_s', 'load_wait_s', 'index_memory_mb',
+  'first_answer_s', 'load_wait_s', 'index_memory_mb', 'definitions', 'recent_edits', 'definitions_share', 'edits_share',
 }
 
 ---@class ditto.Opts
@@ -55,6 +55,10 @@ M.server_options = {
 ---@field first_answer_s? number|vim.NIL Answer at the first complete line, or after this many seconds of decoding (vim.NIL = wait for all). Default 1.
 ---@field load_wait_s? number Seconds a request made while the model loads waits for it (0 = none). Default 120.
 ---@field index_memory_mb? integer Memory for the drafter's index of the open buffers, in MB. Default 64.
+---@field definitions? boolean The definitions of the names used around the cursor in the prompt (resolved while you pause). Default true.
+---@field recent_edits? boolean Your recent edits that share a name with the lines around the cursor in the prompt. Default true.
+---@field definitions_share? number The prompt's share, at most, for the definitions (0 to 0.5). Default 0.2.
+---@field edits_share? number The prompt's share, at most, for the recent edits (0 to 0.5). Default 0.1.
 ---@field init_options? table Further initializationOptions, under the options above.
 ---@field filetypes? string[] Filetypes to attach to.
 ---@field enable? boolean Call vim.lsp.enable('ditto'). Default true.

@@ -53,6 +53,10 @@ test("settings become flat camelCase initializationOptions, client-only keys lef
     firstAnswerS: 1,
     loadWaitS: 120,
     indexMemoryMb: 64,
+    definitions: true,
+    recentEdits: true,
+    definitionsShare: 0.2,
+    editsShare: 0.1,
   });
 });
 
