@@ -332,7 +332,10 @@ def replay_plot(records: list[dict], systems: list[str], path: Path, title: str,
             labels.append(f"{s}\n{kind}")
             data.append([max(r["tts_ms"], 1.0) / 1000 for r in records
                          if r["system"] == s and r.get("kind") == kind and r.get("tts_ms") is not None])
-    ax.boxplot(data, whis=(5, 95), showfliers=True)
+    boxes = ax.boxplot(data, whis=(5, 95), showfliers=True, patch_artist=True, medianprops={"color": "black"})
+    colours = [f"C{i}" for i in range(len(systems)) for _ in ("cold", "warm")]  # one colour a system
+    for box, colour in zip(boxes["boxes"], colours):
+        box.set(facecolor=colour, alpha=0.35)
     ax.set_xticks(range(1, len(labels) + 1), labels)
     ax.set_yscale("log")
     ax.set_ylabel("seconds to suggestion (log)")
