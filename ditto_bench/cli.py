@@ -85,7 +85,7 @@ def configure(p: argparse.ArgumentParser) -> None:
     p.add_argument("--note", default=None, help="free text stored in meta (e.g. 'CPU shared with other jobs')")
     p.add_argument("--pass-costs", type=Path, default=None, metavar="FILE",
                    help="price the adaptive policy's passes with another device's measured costs: a gpucheck.json "
-                        "(docs/perf/gpu/gpucheck.json, an H200) as its fixed shape of --pass-rows rows, or a JSON "
+                        "(docs/perf/data/gpucheck.json, an H200) as its fixed shape of --pass-rows rows, or a JSON "
                         "{n: ms}; the report says so and adds a projection of tokens/s there (ditto_bench/projection.py)")
     p.add_argument("--pass-rows", type=int, default=16, metavar="R",
                    help="with --pass-costs from a gpucheck.json: the fixed shape's rows (default 16: trees of 15 nodes)")

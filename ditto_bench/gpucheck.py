@@ -1,6 +1,6 @@
 """The GPU check: pass costs, exactness and tokens/s on the default architecture, in one command.
 
-`python -m ditto_bench.gpucheck` (scripts/gpu-check.sh runs it on the device machine; docs/gpu.md)
+`python -m ditto_bench.gpucheck --out DIR` (on a GPU machine, from the repository root; docs/gpu.md)
 builds Qwen2.5-Coder-0.5B's architecture with random weights (`--tiny`: a 2-layer model of the
 same family, for CI) and measures:
 
@@ -13,7 +13,7 @@ same family, for CI) and measures:
   n-gram speculation, and transformers' `generate` greedy at batch 1; speculative output
   against plain output on every position (oracle, random and half-right drafts);
 - replayed n-gram: the passes and tokens a CPU benchmark recorded (results.json, or the
-  compact copy in docs/perf/acceptance-cpu.json) priced at this device's measured cost of an
+  compact copy in docs/perf/data/acceptance-cpu.json) priced at this device's measured cost of an
   n-gram round: a projection, and labelled so.
 
 Writes gpucheck.json and gpucheck.md to --out (default $OUT); both are rewritten after every
@@ -52,7 +52,7 @@ from ditto_bench.gpucheck_report import compact, decision, goals, markdown, proj
 from ditto_bench.hf import QWEN25_CODER_05B, TINY_ARCH, random_model
 from lsp_server.backends.torch.loading import choose_device, choose_dtype
 
-DEFAULT_REPLAY = Path(__file__).resolve().parents[1] / "docs" / "perf" / "acceptance-cpu.json"
+DEFAULT_REPLAY = Path(__file__).resolve().parents[1] / "docs" / "perf" / "data" / "acceptance-cpu.json"
 
 
 @dataclass

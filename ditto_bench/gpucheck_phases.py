@@ -28,7 +28,7 @@ from drafters.base import NoOwnSources, Proposal
 from lsp_server.decoding.engine import Engine
 from lsp_server.decoding.types import DecodeOptions
 
-TREES_REPLAY = Path(__file__).resolve().parents[1] / "docs" / "perf" / "acceptance-trees.json"
+TREES_REPLAY = Path(__file__).resolve().parents[1] / "docs" / "perf" / "data" / "acceptance-trees.json"
 
 
 def sync(dev: torch.device) -> None:

@@ -12,7 +12,7 @@
 - `tree_decision`: trees become the default on CUDA's fixed shape only if every tree row was
   bit-identical and every engine run equal (until then DITTO_TREES=1 turns them on).
 - `replay`: the projection of ditto_bench/projection.py for the compact copy of a CPU benchmark
-  run of the default drafter (docs/perf/acceptance-trees.json) on this device's measured costs.
+  run of the default drafter (docs/perf/data/acceptance-trees.json) on this device's measured costs.
 
 Imports torch, the engine and the drafters only (the device machine has no pygls).
 """

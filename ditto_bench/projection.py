@@ -20,7 +20,7 @@ T(R) whatever its draft. This module prices a `ditto-lsp bench` run's passes tha
 T(n) is the GPU check's `graphed_static` curve (best of 10, n = 1..16; equal to its fixed
 shape at 9 rows within 0.5%). The result is labelled a projection everywhere it is written.
 
-Command: `python -m ditto_bench.projection RESULTS.json [MORE.json ...] [--gpu docs/perf/gpu/gpucheck.json]`
+Command: `python -m ditto_bench.projection RESULTS.json [MORE.json ...] [--gpu docs/perf/data/gpucheck.json]`
 (several runs are priced as one: their passes pooled per system). Next-edit runs (`--mode next-edit`, with
 the model's proposers) are priced by `project_rewrites`: the model rewrites' passes, the region the draft.
 """
@@ -32,7 +32,7 @@ import json
 import sys
 from pathlib import Path
 
-DEFAULT_GPU = Path(__file__).resolve().parents[1] / "docs" / "perf" / "gpu" / "gpucheck.json"
+DEFAULT_GPU = Path(__file__).resolve().parents[1] / "docs" / "perf" / "data" / "gpucheck.json"
 TREE_MS = 0.05  # per tree pass, beyond the pass (docs/gpu.md, "Trees": layout and compaction)
 ROWS = (9, 16)
 
@@ -172,7 +172,7 @@ def main(argv: list[str] | None = None) -> int:
     ap = argparse.ArgumentParser(prog="python -m ditto_bench.projection", description=__doc__.splitlines()[0])
     ap.add_argument("results", type=Path, nargs="+",
                     help="results.json of a `ditto-lsp bench` run (or its compact copy); several are priced as one")
-    ap.add_argument("--gpu", type=Path, default=DEFAULT_GPU, help=f"gpucheck.json (default {DEFAULT_GPU.name} of docs/perf/gpu)")
+    ap.add_argument("--gpu", type=Path, default=DEFAULT_GPU, help=f"gpucheck.json (default {DEFAULT_GPU.name} of docs/perf/data)")
     ap.add_argument("--json", action="store_true", help="print JSON instead of a table")
     ap.add_argument("--save-compact", type=Path, default=None, metavar="PATH",
                     help="write the compact copy of RESULTS (what the GPU check's tree projection reads) and stop")

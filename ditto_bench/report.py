@@ -316,6 +316,36 @@ def markdown(results: dict) -> str:
     return "\n".join(out)
 
 
+def replay_plot(records: list[dict], systems: list[str], path: Path, title: str, dpi: int = 110) -> None:
+    """The editor replay's chart: time to suggestion of each system, cold and warm apart, on a log scale
+    (a warm answer may take milliseconds, a cold one seconds). One run's (replay.png) or several runs'
+    pooled (pages.py)."""
+    import matplotlib
+
+    matplotlib.use("Agg")
+    import matplotlib.pyplot as plt
+
+    fig, ax = plt.subplots(figsize=(8, 4))
+    labels, data = [], []
+    for s in systems:
+        for kind in ("cold", "warm"):
+            labels.append(f"{s}\n{kind}")
+            data.append([max(r["tts_ms"], 1.0) / 1000 for r in records
+                         if r["system"] == s and r.get("kind") == kind and r.get("tts_ms") is not None])
+    boxes = ax.boxplot(data, whis=(5, 95), showfliers=True, patch_artist=True, medianprops={"color": "black"})
+    colours = [f"C{i}" for i in range(len(systems)) for _ in ("cold", "warm")]  # one colour a system
+    for box, colour in zip(boxes["boxes"], colours):
+        box.set(facecolor=colour, alpha=0.35)
+    ax.set_xticks(range(1, len(labels) + 1), labels)
+    ax.set_yscale("log")
+    ax.set_ylabel("seconds to suggestion (log)")
+    ax.set_title(title + "; whiskers: p5 and p95")
+    ax.grid(axis="y", alpha=0.3, which="both")
+    fig.tight_layout()
+    fig.savefig(path, dpi=dpi)
+    plt.close(fig)
+
+
 def plots(results: dict, out: Path) -> list[str]:
     import matplotlib
 
@@ -341,21 +371,7 @@ def plots(results: dict, out: Path) -> list[str]:
     made.append("latency.png")
     replayed = [s for s, v in results["summary"].items() if "cold" in v]
     if replayed:  # the editor replay: cold and warm apart
-        fig, ax = plt.subplots(figsize=(8, 4.5))
-        labels, data = [], []
-        for s in replayed:
-            for kind in ("cold", "warm"):
-                labels.append(f"{s}\n{kind}")
-                data.append([r["tts_ms"] / 1000 for r in tasks
-                             if r["system"] == s and r.get("kind") == kind and r.get("tts_ms") is not None])
-        ax.boxplot(data, showfliers=True)
-        ax.set_xticks(range(1, len(labels) + 1), labels)
-        ax.set_ylabel("seconds to suggestion")
-        ax.set_title("Editor replay: time to suggestion, cold and warm")
-        ax.grid(axis="y", alpha=0.3)
-        fig.tight_layout()
-        fig.savefig(out / "replay.png", dpi=110)
-        plt.close(fig)
+        replay_plot(tasks, replayed, out / "replay.png", "Editor replay: time to suggestion, cold and warm")
         made.append("replay.png")
     if keep_plot(results["summary"], out):
         made.append("kept_vs_wrong.png")

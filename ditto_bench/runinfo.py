@@ -2,8 +2,9 @@
 
 The prompt budget a run's Completer gets (`budget`), the versions, machine and replayed commit that
 meta records (`versions`, `machine`, `repo_commit`), another device's pass costs for the adaptive
-policy (`priced`, `--pass-costs`), and the last step of every mode: results.json, report.md and
-plots under --out, or the JSON on stdout (`write_results`).
+policy (`priced`, `--pass-costs`), the last step of every mode: results.json, report.md and
+plots under --out, or the JSON on stdout (`write_results`), and JSON files read and written plain or
+gzipped (`read_json`, `write_json`: the data under docs/perf).
 
 Left out on purpose: running systems (runner.py, replay_run.py) and what the report says (report.py).
 """
@@ -15,6 +16,23 @@ import os
 import platform
 import sys
 from pathlib import Path
+
+
+def read_json(path: Path | str):
+    """A JSON file, gzipped where its name ends in .gz."""
+    import gzip
+
+    raw = Path(path).read_bytes()
+    return json.loads(gzip.decompress(raw) if str(path).endswith(".gz") else raw)
+
+
+def write_json(path: Path, data) -> None:
+    """Compact JSON, one line, gzipped where the name ends in .gz (without a timestamp: the same data
+    gives the same bytes)."""
+    import gzip
+
+    raw = (json.dumps(data, separators=(",", ":"), ensure_ascii=False) + "\n").encode("utf-8")
+    Path(path).write_bytes(gzip.compress(raw, 9, mtime=0) if str(path).endswith(".gz") else raw)
 
 
 def budget(total: int | None, mode: str = "completion"):
@@ -44,7 +62,7 @@ def versions() -> dict:
     try:
         import subprocess
 
-        out["ditto_commit"] = subprocess.run(["git", "-C", str(Path(__file__).resolve().parents[2]), "rev-parse",
+        out["ditto_commit"] = subprocess.run(["git", "-C", str(Path(__file__).resolve().parents[1]), "rev-parse",
                                               "--short", "HEAD"], capture_output=True, text=True).stdout.strip() or None
     except OSError:
         out["ditto_commit"] = None

@@ -20,7 +20,7 @@ from collections import Counter
 
 from ditto_bench.replay_script import Ask, Open, script
 
-NEAR_LINES = 20  # about what the default 256-token prompt holds above the cursor (docs/perf/README.md)
+NEAR_LINES = 20  # about what the default 256-token prompt holds above the cursor (docs/design.md, "Prompt layout and windows")
 
 
 def where(steps: list, near: int = NEAR_LINES) -> list[dict]:

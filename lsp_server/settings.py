@@ -62,7 +62,7 @@ class Settings:
     # not visited yet within the time goal on this machine, fitted when the model loads from what a prompt
     # token and a generated token cost there (completion/fitting.py `fitting_budget`, a multiple of 32: 384 on
     # one core of the development machine, 2048 on a GPU, never under 256). A bigger prompt is more often right and costs
-    # its prefill at every new place (docs/perf/README.md has the frontier); `ditto/stats` says what was chosen.
+    # its prefill at every new place (docs/design.md, "Prompt layout and windows"); `ditto/stats` says what was chosen.
     context_tokens: int = 0
     # What of the other open buffers the prompt holds (completion/context.py ContextBudget.scaled): heads = each
     # one's start, from a budget of 1024 tokens on; similar = their chunks most like the code above the cursor
@@ -89,7 +89,7 @@ class Settings:
     idle_prefill: bool = True  # prefill the likely next prompt, then generate its suggestion, while the user pauses
     # The whole file above the place from a warm KV per open file, filled while the user pauses
     # (completion/wholefile.py; docs/design.md, "The whole file above the cursor"). Off by default: the fill
-    # keeps the worker busy between keystrokes and the held-out runs did not show it paying (docs/perf/README.md).
+    # keeps the worker busy between keystrokes and the held-out runs did not show it paying (the same section of docs/design.md).
     whole_file: bool = False
     # Next-edit suggestions (lsp_server/lsp/nextedit.py, docs/nextedit.md): `ditto/nextEdit` answers the edit that
     # follows the user's, and an inline completion request answers an item that makes it where it lies on the

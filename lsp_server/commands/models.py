@@ -11,7 +11,7 @@ from lsp_server.backends.ollama import models_dir
 from lsp_server.backends.packaged import cache_dir, installed_models, pull
 
 
-# Which model to pick; the measurements behind it: docs/perf/README.md ("Models and budgets").
+# Which model to pick; the measurements behind it: docs/design.md, "Models".
 ADVICE = """Which model:
   CPU     default (qwen2.5-coder-0.5b) at the default prompt budget (fitted to the machine at load: 256-512
           tokens on one core): on one core the 1.5B took 2-2.7x as long per suggestion and was not more

@@ -37,7 +37,7 @@ def build_completer(lm, settings: CompleterSettings | None = None, *, engine: En
     """A Completer for the loaded model `lm`.
 
     - `engine`: the engine to decode with (default: a new Engine; a server started with
-      `--debug-hooks` passes one with its pass hooks, lsp_server/lsp/debug.py);
+      `--debug-hooks` passes one with its pass hooks, lsp_server/lsp/worker/debug.py);
     - `calibration`: "fresh" measures the pass costs now (the server, at every load), "stored"
       reuses the ones the cache directory holds for this model and machine (a one-shot
       command), None measures nothing (drafting off or fixed draft lengths). Costs are

@@ -142,7 +142,7 @@ class ContextBudget:
         "heads" (each buffer's start): below SNIPPETS_FROM tokens the other buffers get no room:
         on held-out code (tqdm, 73 requests, default model) their heads cost quality at a small
         total (typed + first line right 12/73 at 320 tokens with them, 14/73 without;
-        docs/perf/README.md). "similar" (retrieval.py) gets its share at every total, taken from
+        docs/design.md, "Prompt layout and windows"). "similar" (retrieval.py) gets its share at every total, taken from
         the lines above; "none" gives other buffers no room. The window's start moves in steps
         of fewer lines at a small total, so that rounding it to a step does not drop a large
         share of the lines above."""
@@ -158,7 +158,8 @@ class ContextBudget:
         if total < cls.SNIPPETS_FROM:  # below it the lines above and the snippets would not both fit
             above -= share
         # The file's head comes out of the lines above: a place not visited yet reuses its cache, so it
-        # costs that many tokens less, for the same first lines right (docs/perf/README.md, 2026-12-04).
+        # costs that many tokens less, for the same first lines right
+        # (docs/design.md, "Prompt layout and windows", `[head]`).
         head = min(cls.FILE_HEAD_MAX, total // 4)
         return cls(total=total, above=above - head, below=min(full.below, max(8, total // 16)), snippets=share,
                    repeat=min(cls.REPEAT_MAX, total // 4), file_head=head,
@@ -384,7 +385,7 @@ def build_prompt(lm, text: str, line: int, col: int, others: list[tuple[str, str
         # It takes the place of as many tokens at the top of the window above (the lines nearest the
         # cursor stay), so a prompt with it costs what one without it does: on httpx the same first
         # lines right as when it came on top of the window, and cold prompts of 168 tokens, not 211
-        # (docs/perf/README.md). The same lines each time while the place stays: the prompt does not move.
+        # (docs/design.md, "Prompt layout and windows", `[repeat]`). The same lines each time while the place stays: the prompt does not move.
         cut, top = room_at_top(enc, start, mid, len(repeat))
         if cut < len(repeat):
             repeat = []  # a window too small to take it from: left out

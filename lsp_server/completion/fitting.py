@@ -18,14 +18,14 @@ from lsp_server.completion.context import ContextBudget
 # The prompt budget that fits this machine (`context_tokens` 0, the default). A place not visited yet
 # costs the part of its prompt that is not cached (the file's head is: about 45% of the budget is
 # processed there, 111 of 256, 172 of 384 and 214 of 512 tokens at p50 in the replays of
-# docs/perf/README.md) plus its first line (about 6 tokens). The budget is the largest multiple of
+# the held-out runs) plus its first line (about 6 tokens). The budget is the largest multiple of
 # BUDGET_GRAIN tokens whose place not visited yet is predicted to be answered within COLD_GOAL_MS, 85% of
 # the 3 s goal of time to a suggestion there, between BUDGET_MIN (ContextBudget.DEFAULT_TOTAL) and
 # BUDGET_MAX. On one core of the development machine (12.8 ms a prompt token, 54 ms a generated one)
 # that is 384; on a GPU, 2048. A bigger prompt is more often right: on pypa/packaging 10/39 first lines
-# at 256, 14/39 at 384, 16/39 at 512 (docs/perf/README.md, 2026-12-04, fifth stop).
+# at 256, 14/39 at 384, 16/39 at 512 (docs/design.md, "Prompt layout and windows").
 # The budget is proportional, not a choice among a few steps: with steps of 128 tokens the same quiet
-# machine fitted 256 at 13.0 ms a prompt token and 384 at 12.7 (docs/perf/README.md, issue 40), so
+# machine fitted 256 at 13.0 ms a prompt token and 384 at 12.7 (the same section), so
 # a few percent of timing moved a third of the prompt; now it moves by what the timing moves.
 BUDGET_MIN = ContextBudget.DEFAULT_TOTAL  # 256
 BUDGET_MAX = 2048

@@ -1,13 +1,13 @@
 """This file's head: its first lines, which open the prompt's prefix at every place below them.
 
-A place not visited yet costs its whole prompt in prefill, on one CPU core about 16 ms a token
-(docs/perf/README.md). The lines of a file's start (after its licence and other leading
+A place not visited yet costs its whole prompt in prefill, on one CPU core about 13-16 ms a token
+(docs/design.md, "Prompt layout and windows"). The lines of a file's start (after its licence and other leading
 comments: its imports, usually) are the same at every place in it, so the prompt of every place
 below them opens with their tokens (context.py, layout) and the engine reuses their cache from
 the last place asked in the file, or from idle prefill when the file was opened
 (prompts.py `warm`). Their tokens come out of the lines-above window (`ContextBudget.file_head`):
 a new place costs that many fewer, for the same first lines right on the replay requests they
-were measured on (docs/perf/README.md, 2026-12-04).
+were measured on (the same section, `[head]`: 20/113 either way).
 
 A snapshot of a long document is a window of it (lsp_server/lsp/documents.py `WindowText`) that
 carries the document's first lines as `head_text`, so the head is the whole text's there too.

@@ -52,7 +52,7 @@ def chunk_text(others: dict[str, str], name: str, start: int) -> str | None:
 # one it was copied from), and when the lines just above the cursor stand further up the file too,
 # the lines after them there are the best guess at what comes next. Those lines are outside a small
 # window of lines above: on httpx, 15 of 26 replay requests had their true line 29-652 lines up the
-# same file (ditto_bench/truth_lines.py, docs/perf/README.md), and the peer, with 256 lines above,
+# same file (ditto_bench/truth_lines.py; docs/design.md, "Prompt layout and windows", `[repeat]`), and the peer, with 256 lines above,
 # got all 15 right.
 MIN_MATCH = 16  # non-blank characters the matched lines hold at least (`)`, `else:` alone match everywhere)
 MAX_RUN = 3  # matched lines shown before what followed them

@@ -58,7 +58,7 @@ from lsp_server.decoding.types import (
 class Engine:
     def __init__(self, lm, max_cached_docs: int = 8, max_cached_tokens: int = 32768, hooks: PassHooks | None = None):
         self.lm = lm
-        self.hooks = hooks  # called around every model pass (lsp_server/lsp/debug.py), None in production
+        self.hooks = hooks  # called around every model pass (lsp_server/lsp/worker/debug.py), None in production
         self.stale_passes = 0  # passes begun after their call's `cancel` was set, over this engine's life
         self.speculation: Speculation | None = None  # set by calibrate()
         self.max_cached_docs = max_cached_docs

@@ -106,7 +106,7 @@ class Completion:
 @dataclass(frozen=True)
 class RequestContext:
     """Who a piece of model work is for: passed down from the server's request or idle job, through
-    the Completer and the engine, to the engine's pass hooks (lsp_server/lsp/debug.py), never kept
+    the Completer and the engine, to the engine's pass hooks (lsp_server/lsp/worker/debug.py), never kept
     on a shared object."""
 
     key: str | None = None  # the document (the server's URI)

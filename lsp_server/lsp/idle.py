@@ -52,7 +52,7 @@ class IdleWork:
     # Idle work starts this long after the event that aimed it (lsp_server/lsp/scheduler.py `idle`):
     # editors send a request right after the edit, and one that found an idle chunk begun for
     # the place the user just left waited for it (about 0.5 s at 4 in 10 cold arrivals of the
-    # replays, docs/perf/README.md 2026-12-04). A pause the user makes is far longer.
+    # replays; docs/design.md, "Idle work"). A pause the user makes is far longer.
     IDLE_SETTLE_S = 0.05
     # A file's prefix KV is filled only once the user has made no request for this long: while they
     # type, a request that lands in a fill chunk waits for it (docs/design.md, "The whole file above

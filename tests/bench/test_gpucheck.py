@@ -1,9 +1,8 @@
-"""The GPU check (ditto_bench/gpucheck.py, scripts/gpu-check.sh) end to end on the CPU with the
+"""The GPU check (ditto_bench/gpucheck.py, `python -m ditto_bench.gpucheck`) end to end on the CPU with the
 tiny model, and its replay arithmetic with injected numbers (no timing is asserted)."""
 
 import json
 import os
-import shutil
 import subprocess
 import sys
 from pathlib import Path
@@ -80,21 +79,20 @@ def test_decision_needs_bf16_on_cuda_and_exactness():
     assert "not measured in bf16 on CUDA" in decision(cpu)["because"]
 
 
-@pytest.mark.skipif(shutil.which("bash") is None or shutil.which("timeout") is None, reason="needs bash and timeout")
-def test_gpu_check_script_runs_end_to_end_on_the_cpu(tmp_path):
+def test_gpu_check_runs_end_to_end_on_the_cpu(tmp_path):
     replay = tmp_path / "results.json"
     replay.write_text(json.dumps(bench_results()))
     out = tmp_path / "out"
-    env = {**os.environ, "OUT": str(out), "PYTHON": sys.executable, "OMP_NUM_THREADS": "1",
+    env = {**os.environ, "OUT": str(out), "OMP_NUM_THREADS": "1",
            "PYTHONPATH": str(ROOT) + os.pathsep + os.environ.get("PYTHONPATH", "")}
     args = ["--device", "cpu", "--tiny", "--replay", str(replay), "--context", "24", "--sequences", "1",
             "--positions", "20", "--prompts", "1", "--new-tokens", "12", "--reps", "1", "--max-n", "4"]
-    proc = subprocess.run(["bash", str(ROOT / "scripts" / "gpu-check.sh"), *args], env=env, capture_output=True,
+    proc = subprocess.run([sys.executable, "-m", "ditto_bench.gpucheck", *args], cwd=ROOT, env=env, capture_output=True,
                           text=True, timeout=600)
     assert proc.returncode == 0, proc.stdout[-3000:] + proc.stderr[-3000:]
     res = json.loads((out / "gpucheck.json").read_text())
     assert (out / "gpucheck.md").read_text().startswith("# Ditto GPU check")
-    assert "gpucheck.json" in (out / "gpucheck.log").read_text()
+    assert "gpucheck.json" in proc.stdout + proc.stderr
 
     env_ = res["environment"]
     assert env_["device"] == "cpu" and env_["dtype"] == "float32" and env_["cuda_graphs"] is False

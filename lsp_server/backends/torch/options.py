@@ -78,7 +78,7 @@ TREE_PASS_ROWS = 16  # the fixed shape for trees: the largest the H200 measured 
 
 def with_tree_rows(opts: dict, trees: bool | None, env=None) -> dict:
     """`pass_options` for trees: with DITTO_TREES=1 the default fixed shape has TREE_PASS_ROWS rows
-    (trees of 15 nodes; T(16) 3.71 ms against T(9) 3.66 ms on the H200, docs/perf/gpu/gpucheck.json),
+    (trees of 15 nodes; T(16) 3.71 ms against T(9) 3.66 ms on the H200, docs/perf/data/gpucheck.json),
     unless DITTO_FIXED_SHAPE names a row count."""
     raw = (os.environ if env is None else env).get("DITTO_FIXED_SHAPE", "").strip()
     if trees and opts.get("pad_to") == DEFAULT_PASS_ROWS and not (raw.isdigit() and int(raw) >= 2):
