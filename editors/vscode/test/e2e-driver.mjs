@@ -224,8 +224,8 @@ async function main() {
     };
     for (const [title, re, label] of [
       ["Ditto: Toggle Suggestions", /\(off\)/, "toggle off"],
-      ["Ditto: Toggle Suggestions", /^(?!.*\(off\)).*Ditto tiny-random/, "toggle on"],
-      ["Ditto: Restart Server", /^Ditto tiny-random$/, "restart"], // a new server: no rates yet
+      ["Ditto: Toggle Suggestions", /^(?!.*\(off\)).*Ditto [^:\s]/, "toggle on"], // any model's name
+      ["Ditto: Restart Server", /^Ditto [^:\s·]+$/, "restart"], // a new server: no rates yet
     ]) {
       try {
         await page.keyboard.press("Escape");
