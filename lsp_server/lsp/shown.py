@@ -11,7 +11,11 @@ A newer suggestion for the same document, or closing it, leaves the older one un
 The bias follows the acceptance of the last outcomes (an exponential average, `ALPHA`) against
 `TARGETS[show]`, the share of the suggestions shown whose first word was right on the tuning replays
 with that setting: a user who accepts more than that sees a little more (the limit rises), one who
-accepts less sees less, by at most show.py `BIAS_LIMIT`. The counts and the average are kept per workspace
+accepts less sees less, by at most show.py `BIAS_LIMIT`. The average starts at the target of the
+setting the first suggestion was shown with (no evidence: no bias), so one outcome moves it by
+`ALPHA` of its distance, not all the way: started at the first outcome, as it was, one typed-over
+suggestion put the limit at its bound for the next twenty (on the held-out replays of
+docs/perf/replay.md three of four workspaces ended there with 4-13 outcomes). The counts and the average are kept per workspace
 (its root's hash) in the cache directory, so the next session starts where this one ended;
 `ditto/stats` reports them under `shown`. With the `learn_show` setting off the bias is 0.
 Left out on purpose: what is shown (show.py), where a suggestion came from (suggest.py).
@@ -46,6 +50,7 @@ class _Waiting:
     line: int
     character: int  # where the suggestion starts, in client units
     text: str
+    target: float  # the acceptance expected with the `show` setting it was shown with (`TARGETS`)
     typed: str = ""  # what the user has typed of it so far
 
 
@@ -69,11 +74,12 @@ class ShownLog:
 
     # -- events -------------------------------------------------------------------------------
     @on_loop
-    def shown(self, uri: str, position: tuple[int, int], text: str) -> None:
-        """A suggestion the model made is on screen at `position` (line, character) of `uri`."""
+    def shown(self, uri: str, position: tuple[int, int], text: str, show: str = "sure") -> None:
+        """A suggestion the model made, with the `show` setting `show`, is on screen at `position`
+        (line, character) of `uri`."""
         first = text.split("\n", 1)[0]
         if first.strip():
-            self._waiting[uri] = _Waiting(position[0], position[1], text)
+            self._waiting[uri] = _Waiting(position[0], position[1], text, TARGETS.get(show, TARGETS["sure"]))
         else:
             self._waiting.pop(uri, None)
 
@@ -101,10 +107,10 @@ class ShownLog:
         self._waiting.pop(uri, None)
 
     def _decide(self, uri: str, accepted: bool) -> None:
-        del self._waiting[uri]
+        w = self._waiting.pop(uri)
         self.accepted += accepted
         self.typed_over += not accepted
-        a = self.average if self.average is not None else float(accepted)
+        a = self.average if self.average is not None else w.target  # (the prior: no bias before evidence)
         self.average = a + ALPHA * (float(accepted) - a)
         self._unsaved += 1
         if self._unsaved >= SAVE_EVERY:

@@ -218,7 +218,7 @@ class CompletionService:
             c.empty += 1
             return None
         if not sug.typethrough and not sug.resumed:  # a suggestion of its own: its outcome is the user's to tell
-            self.shown.shown(snap.uri, snap.position, sug.text)
+            self.shown.shown(snap.uri, snap.position, sug.text, settings.show)
         return sug.text
 
     def _current(self, snap: Snapshot) -> bool:

@@ -69,10 +69,25 @@ async def test_the_bias_follows_the_acceptance_bounded_and_off_when_not_learning
     one = ShownLog()
     one.shown(URI, (0, 0), "x")
     one.changed(URI, [insert(0, 0, "x")], units)
-    assert one.average == pytest.approx(1.0)
+    first = TARGETS["sure"] + ALPHA * (1.0 - TARGETS["sure"])  # from the prior, a step towards 1
+    assert one.average == pytest.approx(first)
     one.shown(URI, (1, 0), "y")
     one.changed(URI, [insert(1, 0, "z")], units)
-    assert one.average == pytest.approx(1.0 - ALPHA)
+    assert one.average == pytest.approx(first * (1 - ALPHA))
+
+
+async def test_a_first_outcome_moves_the_limit_a_little_from_the_settings_target():
+    """No evidence, no bias: one typed-over suggestion must not put the limit at its bound (it did when
+    the average started at the first outcome, and then held it there for the next twenty)."""
+    for show in ("all", "sure", "surest"):
+        log = ShownLog()
+        log.shown(URI, (0, 0), "value = 1", show)
+        log.changed(URI, [insert(0, 0, "zzz")], units)
+        assert log.average == pytest.approx(TARGETS[show] * (1 - ALPHA))
+        assert -BIAS_LIMIT < log.bias(show, True) < 0
+        log.shown(URI, (1, 0), "value = 1", show)
+        log.changed(URI, [insert(1, 0, "value = 1")], units)
+        assert log.average > TARGETS[show] * (1 - ALPHA)
 
 
 async def test_a_workspace_keeps_its_counts_across_sessions_and_survives_a_bad_file(tmp_path):
@@ -81,7 +96,8 @@ async def test_a_workspace_keeps_its_counts_across_sessions_and_survives_a_bad_f
     log.changed(URI, [insert(0, 0, "value")], units)
     log.save()
     again = ShownLog.for_workspace("file:///home/me/project", tmp_path)
-    assert (again.accepted, again.typed_over, again.average) == (1, 0, 1.0)
+    assert (again.accepted, again.typed_over, again.average) == (1, 0, pytest.approx(log.average))
+    assert log.average > TARGETS["sure"]
     other = ShownLog.for_workspace("file:///home/me/other", tmp_path)
     assert (other.accepted, other.average) == (0, None)
     again.path.write_text("{not json")
@@ -91,4 +107,5 @@ async def test_a_workspace_keeps_its_counts_across_sessions_and_survives_a_bad_f
     broken.shown(URI, (0, 0), "value")
     broken.changed(URI, [insert(0, 0, "other")], units)
     broken.save()  # written afresh over the bad file
-    assert json.loads(broken.path.read_text()) == {"accepted": 0, "typed_over": 1, "average": 0.0}
+    assert json.loads(broken.path.read_text()) == {"accepted": 0, "typed_over": 1,
+                                                   "average": pytest.approx(TARGETS["sure"] * (1 - ALPHA))}
