@@ -111,7 +111,7 @@ class Settings:
     # lsp_server/lsp/definitions.py, never on a request's path) and the user's recent edits that bear on the
     # cursor (lsp_server/nextedit/recent.py), as comment lines after the file's head. Each takes at most its share
     # of the prompt budget, in place of as many tokens of the lines above, so a new place costs what it did
-    # (completion/extras.py). Defaults not measured yet.
+    # (completion/extras.py). The defaults are measured (docs/design.md, same section).
     definitions: bool = False  # off: on the tuning repositories they cost characters kept (docs/design.md says how much)
     recent_edits: bool = True
     definitions_share: float = 0.2  # of the prompt budget, at most, for the definitions (0 to 0.5)

@@ -210,9 +210,9 @@ def test_the_snippets_setting_shares_the_budget_with_the_lines_above():
     assert big["similar"].above == big["heads"].above and big["none"].snippets == 0
     with pytest.raises(ValueError, match="snippets must be one of"):
         ContextBudget.scaled(320, "nearby")
-    assert Settings().merged({"snippets": "similar", "contextTokens": 512}).completer_settings().budget == \
-        ContextBudget.scaled(512, "similar", Settings.definitions_share if Settings.definitions else 0.0,
-                             Settings.edits_share if Settings.recent_edits else 0.0)
+    both = {"definitions": True, "recentEdits": True}
+    assert Settings().merged({"snippets": "similar", "contextTokens": 512, **both}).completer_settings().budget == \
+        ContextBudget.scaled(512, "similar", Settings.definitions_share, Settings.edits_share)
     fitted = Settings().merged({"snippets": "similar"}).completer_settings()  # context_tokens 0: fitted at load
     assert fitted.budget is None and fitted.snippets == "similar"
     with pytest.raises(SettingsError, match="'snippets' must be heads, similar or none"):

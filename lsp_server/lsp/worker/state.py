@@ -155,9 +155,9 @@ class Worker:
         line, within NEAR_LINES (none farther: they are another place's names; of two as near, the one
         resolved later), and the snapshot's recent edits."""
         line = snap.position[0]
-        near = [(abs(d.line - line), -i, d) for i, d in enumerate(self.definitions.get(snap.uri, {}).values())
-                if abs(d.line - line) <= self.NEAR_LINES]
-        d = min(near, key=lambda t: t[:2])[2] if near else None
+        newest_first = reversed(self.definitions.get(snap.uri, {}).values())  # (min keeps the first of equals)
+        d = min(newest_first, key=lambda d: abs(d.line - line), default=None)
+        d = d if d is not None and abs(d.line - line) <= self.NEAR_LINES else None
         return PromptExtras(model_text(d.text) if d else "", model_text(snap.edits))  # (texts of documents)
 
     def file_of(self, uri: str) -> FileState | None:
