@@ -5,7 +5,7 @@ initializationOptions its system name says (`ditto_options`: `-nodraft`, `-whole
 `#KEY=VALUE`; `replay_model`: `+MODEL`), sends didOpen, incremental didChange in UTF-16 units,
 `ditto/didMoveCursor` 150 ms into every pause and `textDocument/inlineCompletion`, and reads each
 answer's `ditto/trace` for the record. `ditto-base` runs another checkout's server at its own
-defaults.
+defaults, but for its `#KEY=VALUE`s.
 
 Left out on purpose: the script (replay_script.py), the peer (replay_peer.py), the loop over a
 session (replay.py) and the raw LSP client itself (client.py).
@@ -20,7 +20,7 @@ import time
 from pathlib import Path
 
 from ditto_bench.replay_script import Ask, Edit, Open, Pause, ReplayOptions
-from ditto_bench.systems import name_options, replay_snippets, replay_system
+from ditto_bench.systems import is_base, name_options, replay_snippets, replay_system
 
 CURSOR_NOTICE_S = 0.15  # Ditto's plugins send ditto/didMoveCursor this long into a pause
 QUIET_WAIT_S = 20.0  # the longest wait, after a system's session, for its server's idle work to end
@@ -98,12 +98,12 @@ class DittoDriver:
 
         o = self.opts
         args = ["--model", replay_model(self.system, o.model), "--backend", o.backend]
-        if o.check_continuations and self.system != "ditto-base":
+        if o.check_continuations and not is_base(self.system):
             args.append("--debug-hooks")
         threads = o.ditto_threads
         env = {"OMP_NUM_THREADS": str(threads), "DITTO_LLAMA_THREADS": str(threads)}
         cwd = None
-        if self.system == "ditto-base":
+        if is_base(self.system):
             if o.baseline is None:
                 raise RuntimeError("ditto-base runs the server of another checkout: give --baseline DIR")
             cwd = str(Path(o.baseline).resolve())  # `python -m lsp_server.cli` there imports that checkout's code
@@ -253,6 +253,6 @@ class DittoDriver:
             "job_ms": trace.get("job_ms") if same else None,
             "ahead": bool(trace.get("ahead")) if same else None,  # answered from a suggestion generated while idle
         })
-        if self.opts.check_continuations and self.system != "ditto-base" and rec["stop_reason"] == "paused":
+        if self.opts.check_continuations and not is_base(self.system) and rec["stop_reason"] == "paused":
             rec["continuation"] = c.call("ditto/debug/checkPlace", {"uri": self.uri}, timeout=600).get("result")
         return rec

@@ -58,10 +58,13 @@ def replay_system(name: str) -> tuple[str, int | None] | None:
     setting: heads, similar or none; `replay_snippets`), ``+MODEL`` (another model spec than the
     bench's --model, e.g. ``ditto@512~similar+qwen2.5-coder-1.5b``) and last any number of ``#KEY=VALUE``
     (one initialization option each, `name_options`: ``ditto#show=sure``), ``ditto-base`` (the server of
-    another checkout, `--baseline DIR`, at its own defaults) and ``llama-server``."""
+    another checkout, `--baseline DIR`, at its own defaults but for its `#KEY=VALUE`s, which that checkout's
+    settings check: ``ditto-base#context_tokens=384`` pins the prompt budget that each server otherwise fits
+    to the machine's speed at load, so two checkouts' prompts can be compared token for token) and
+    ``llama-server``."""
     options = name_options(name)
     name = name.split("#", 1)[0]
-    if options is None or (options and name in (REPLAY_PEER, "ditto-base")):
+    if options is None or (options and name == REPLAY_PEER):
         return None
     m = _REPLAY.fullmatch(name)
     if m is not None and ("+" in name or m.group(3)) and m.group(1) in (REPLAY_PEER, "ditto-base"):
@@ -117,7 +120,7 @@ def parse_systems(spec: str, mode: str) -> list[str]:
                 raise ValueError(f"unknown {mode}-mode system {n!r}: use off, ngram, each optionally with -noreuse"
                                  + ("; or ditto, ditto-nodraft, ditto-whole (optionally @N: a context budget of N tokens, "
                                     "~SOURCE, +MODEL, then #KEY=VALUE: an initialization option), "
-                                    "ditto-base (with --baseline DIR), llama-server (real servers, replay.py)"
+                                    "ditto-base (with --baseline DIR; #KEY=VALUE too), llama-server (real servers, replay.py)"
                                     if mode == "session" else ""))
         return list(dict.fromkeys(names))
     for n in names:
@@ -349,3 +352,8 @@ def run_hf(lm, prompt_ids: list[int], system: str, max_new_tokens: int, lookup_t
     run = Run("", tokens, len(new), wall, first, wall - first, len(prompt_ids), 0, len(prompt_ids), passes,
               None, None, [], [], "eos" if len(tokens) < len(new) else "length")
     return new, run
+
+
+def is_base(system: str) -> bool:
+    """Whether a replay system runs the `--baseline` checkout's server (``ditto-base``, with or without `#KEY=VALUE`s)."""
+    return system.split("#", 1)[0] == "ditto-base"

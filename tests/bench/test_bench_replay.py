@@ -20,10 +20,10 @@ from ditto_bench.harvest import Task
 from ditto_bench.peer import LlamaVimClient
 from ditto_bench.peer_text import Buffer, chunk_sim
 from ditto_bench.quality import first_line_exact, misfire
-from ditto_bench.replay_ditto import DittoDriver
+from ditto_bench.replay_ditto import DittoDriver, ditto_options
 from ditto_bench.replay_script import Ask, Edit, Open, ReplayOptions, script
 from ditto_bench.session import Block, Session, build_sessions
-from ditto_bench.systems import parse_systems, replay_system
+from ditto_bench.systems import is_base, parse_systems, replay_system
 
 # -- a tiny session made by hand ---------------------------------------------------------------
 DOC = "import os\n\ndef f(x):\n\n    return x\n\n\ndef g(y):\n\n"
@@ -152,6 +152,11 @@ def test_replay_system_names():
     assert replay_system("ditto@512+qwen2.5-coder-1.5b") == ("ditto", 512)  # another model for this system
     assert replay_system("ditto-base") == ("ditto-base", None)  # another checkout's server (--baseline)
     assert replay_system("ditto-base@512") is None and replay_system("llama-server+default") is None
+    # options on the baseline (its own settings check them; a pinned budget makes two checkouts' prompts comparable)
+    assert replay_system("ditto-base#context_tokens=384") == ("ditto-base", None)
+    assert ditto_options("ditto-base#context_tokens=384") == {"context_tokens": 384}
+    assert replay_system("llama-server#show=all") is None
+    assert is_base("ditto-base#context_tokens=384") and is_base("ditto-base") and not is_base("ditto")
     assert replay_system("ditto@320~similar+qwen2.5-coder-1.5b") == ("ditto", 320)  # a snippets source
     assert replay_system("llama-server~similar") is None and replay_system("ditto~nearby") is None
     from ditto_bench.replay_ditto import replay_model
@@ -161,15 +166,13 @@ def test_replay_system_names():
     assert parse_systems("ngram,ditto,llama-server", "session") == ["ngram", "ditto", "llama-server"]
     with pytest.raises(ValueError):
         parse_systems("ditto", "keystroke")
-    from ditto_bench.replay_ditto import ditto_options
-
     assert ditto_options("ditto") == {}
     assert ditto_options("ditto-nodraft@512") == {"drafter": "none", "contextTokens": 512}
     assert ditto_options("ditto~similar") == {"snippets": "similar"}
 
 
 def test_a_hash_suffix_passes_any_initialization_option():
-    from ditto_bench.replay_ditto import ditto_options, log_name, replay_model
+    from ditto_bench.replay_ditto import log_name, replay_model
     from ditto_bench.systems import name_options
 
     assert replay_system("ditto#show=sure") == ("ditto", None)
@@ -181,7 +184,7 @@ def test_a_hash_suffix_passes_any_initialization_option():
                                    "wholeFile": True, "maxTokens": 16}
     assert name_options('ditto#note="a b"#x=[1]') == {"note": "a b", "x": [1]}
     assert replay_model("ditto#model=a+b", "default") == "default"  # a `+` in a value names no model
-    for bad in ("ditto#show", "ditto#=1", "ditto#1x=2", "ditto#", "llama-server#show=sure", "ditto-base#show=sure"):
+    for bad in ("ditto#show", "ditto#=1", "ditto#1x=2", "ditto#", "llama-server#show=sure", "ditto-base#show"):
         assert replay_system(bad) is None, bad
     # several settings of one system side by side in one run, each its own system
     assert parse_systems("ditto#show=all,ditto#show=sure,ditto#show=surest,llama-server", "session") == [
