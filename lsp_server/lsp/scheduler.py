@@ -98,6 +98,12 @@ class Scheduler:
             return self._idle is not None or self._idle_running is not None
 
     @property
+    def idle_queued(self) -> bool:
+        """True while an idle job waits to start (asked from inside a running one: a newer one replaced it)."""
+        with self._lock:
+            return self._idle is not None
+
+    @property
     def idle_running(self) -> bool:
         """True while idle work runs (asked from inside it: it is the job on the worker)."""
         with self._lock:

@@ -57,9 +57,10 @@ class CompletionService:
         self.definitions = DefinitionJobs(documents, worker.inbox.put, settings)  # resolved off the request path
         self.scheduler = Scheduler(after_job=worker.publish)
         self.loader = ModelLoader(self.scheduler, worker, client, settings)
-        post = client.post
+        post, scheduler = client.post, self.scheduler
         self.idle = IdleWork(self.scheduler, documents,
-                             lambda plan, cancel, loop_side: run_idle(worker, plan, cancel, post, loop_side),
+                             lambda plan, cancel, loop_side: run_idle(worker, plan, cancel, post, loop_side,
+                                                                      lambda: scheduler.idle_queued),
                              lambda: self.loader.ready, settings, self.show_bias)
 
     @property

@@ -132,3 +132,58 @@ async def test_with_whole_file_off_nothing_is_filled_nor_rescheduled(monkeypatch
     work.schedule()
     await run_last_idle_job(scheduler, posted)
     assert completer.fills == 0 and scheduler.handed == []
+
+
+class BlockingCompleter(FakeCompleter):
+    """Its idle prefill runs until the test lets it go (`go`), as a model pass in progress would."""
+
+    def __init__(self):
+        super().__init__()
+        self.started, self.go = threading.Event(), threading.Event()
+
+    def warm(self, *a, **kw):
+        self.started.set()
+        assert self.go.wait(30)
+        return SimpleNamespace(stop_reason="cancelled", prefill_tokens=0)
+
+
+class LoopSide:
+    """What run_idle posts to: the loop's IdleWork, recording the names of the calls."""
+
+    def __init__(self):
+        self.calls: list[str] = []
+
+    def __getattr__(self, name):
+        return lambda *a: self.calls.append(name)
+
+
+def test_idle_work_stopped_by_a_newer_plan_asks_nothing_and_stopped_by_a_request_asks_again():
+    """A newer plan replaces running idle work: the scheduler holds the newer job, so run_idle must not
+    ask the loop to schedule again (that would restart the newer job's settle time: each cursor notice
+    would delay the idle work by up to one model pass). A request stopping it: it asks, so the plan's
+    rest runs after the request. A real scheduler and worker thread; the prefill blocks until let go."""
+    from lsp_server.lsp.scheduler import Scheduler
+    from lsp_server.lsp.worker.messages import IdlePlan
+
+    plan = IdlePlan(FakeDocuments.snap, None, None, float("inf"), Settings(idle_prefill=True, whole_file=False), 0.0)
+    for stopper in ("newer plan", "request"):
+        completer = BlockingCompleter()
+        worker, side, posted = FakeWorker(completer), LoopSide(), []
+        worker.extras = lambda snap: None  # (the prompt's extra sections: none here)
+        scheduler = Scheduler()
+        try:
+            scheduler.idle(lambda cancel: run_idle(worker, plan, cancel, lambda fn, *a: posted.append(fn), side,
+                                                   lambda: scheduler.idle_queued))
+            assert completer.started.wait(30)
+            if stopper == "newer plan":
+                scheduler.idle(lambda cancel: None, after_s=3600)  # queued, not due while the test runs
+            else:
+                scheduler.submit("request", lambda cancel: None)
+            completer.go.set()
+            scheduler.submit("after", lambda cancel: None).future.result(30)  # the idle job has ended
+        finally:
+            scheduler.close()
+            scheduler.join(30)
+        for fn in posted:
+            fn()
+        assert side.calls.count("again") == (0 if stopper == "newer plan" else 1), (stopper, side.calls)

@@ -13,6 +13,7 @@ from __future__ import annotations
 
 import threading
 import time
+from typing import Callable
 
 from lsp_server.decoding.types import RequestContext
 from lsp_server.lsp.threads import on_worker
@@ -23,14 +24,19 @@ IDLE_CHUNK = 32  # tokens per idle prefill pass: a request waits at most one suc
 
 
 @on_worker
-def run_idle(worker, plan: IdlePlan, cancel: threading.Event, post, loop_side) -> None:
+def run_idle(worker, plan: IdlePlan, cancel: threading.Event, post, loop_side,
+             replaced: Callable[[], bool] = lambda: False) -> None:
     """Do `plan` until done or `cancel` is set; `loop_side` is the loop's IdleWork, reached only through `post`.
-    Stopped early (a request, a next-edit job, a newer plan), it asks the loop to schedule idle work again:
-    the loop's plan then says what is still to do, and it goes on from what was done."""
+    Stopped early by a request or a next-edit job, it asks the loop to schedule idle work again: the
+    loop's plan then says what is still to do, and it goes on from what was done. Stopped by a newer
+    plan (`replaced()`: the scheduler holds a newer idle job), it asks nothing: that job has the loop's
+    plan already, and asking again would restart its settle time (scheduler.py `idle`), so each cursor
+    notice or keystroke would cost the idle work up to one more model pass (about one decode step a
+    warm request, measured against the server before the thread boundary: docs/design.md, "Idle work")."""
     try:
         _run(worker, plan, cancel, post, loop_side)
     finally:
-        if cancel.is_set():
+        if cancel.is_set() and not replaced():
             post(loop_side.again, 0.0)
 
 
