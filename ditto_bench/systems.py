@@ -74,6 +74,11 @@ def replay_system(name: str) -> tuple[str, int | None] | None:
     return m.group(1), int(m.group(2)) if m.group(2) else None
 
 
+def is_base(system: str) -> bool:
+    """Whether a replay system runs the `--baseline` checkout's server (``ditto-base``, with or without `#KEY=VALUE`s)."""
+    return system.split("#", 1)[0] == "ditto-base"
+
+
 _REPLAY = re.compile(r"(ditto|ditto-nodraft|ditto-whole|ditto-base|llama-server)(?:@(\d+))?(?:~(heads|similar|none))?(?:\+[\w.:/-]+)?")
 
 
@@ -352,8 +357,3 @@ def run_hf(lm, prompt_ids: list[int], system: str, max_new_tokens: int, lookup_t
     run = Run("", tokens, len(new), wall, first, wall - first, len(prompt_ids), 0, len(prompt_ids), passes,
               None, None, [], [], "eos" if len(tokens) < len(new) else "length")
     return new, run
-
-
-def is_base(system: str) -> bool:
-    """Whether a replay system runs the `--baseline` checkout's server (``ditto-base``, with or without `#KEY=VALUE`s)."""
-    return system.split("#", 1)[0] == "ditto-base"

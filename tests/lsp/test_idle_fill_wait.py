@@ -95,7 +95,8 @@ def make(monkeypatch, whole_file=True):
     posted: list = []
     work = IdleWork(scheduler, FakeDocuments(),
                     lambda plan, cancel, loop_side: run_idle(worker, plan, cancel,
-                                                             lambda fn, *a: posted.append((fn, a)), loop_side),
+                                                             lambda fn, *a: posted.append((fn, a)), loop_side,
+                                                             lambda: False),  # (the fake never replaces a job)
                     lambda: True, lambda: Settings(whole_file=whole_file, idle_prefill=True))
     return work, scheduler, completer, clock, posted
 

@@ -24,8 +24,7 @@ IDLE_CHUNK = 32  # tokens per idle prefill pass: a request waits at most one suc
 
 
 @on_worker
-def run_idle(worker, plan: IdlePlan, cancel: threading.Event, post, loop_side,
-             replaced: Callable[[], bool] = lambda: False) -> None:
+def run_idle(worker, plan: IdlePlan, cancel: threading.Event, post, loop_side, replaced: Callable[[], bool]) -> None:
     """Do `plan` until done or `cancel` is set; `loop_side` is the loop's IdleWork, reached only through `post`.
     Stopped early by a request or a next-edit job, it asks the loop to schedule idle work again: the
     loop's plan then says what is still to do, and it goes on from what was done. Stopped by a newer
