@@ -78,12 +78,25 @@ class Resolved:
     partial: bool = False  # cut by SOFT_LIMIT_S (the loop does not cache it: asked again, a warmer process does more)
 
 
+NICE = 19  # the resolver's priority: the model's passes always come first, a job runs in the CPU they leave
+
+
+def resolver_nice() -> int:
+    """How far the resolver process lowers its priority: NICE, or `DITTO_DEFINITIONS_NICE` where it is set
+    (tests/conftest.py sets 0: at 19, beside a busy machine, the process gets about 1% of a core and its
+    start alone outlasts any job's time, so the tests of what a job does would test the machine's load)."""
+    try:
+        return int(os.environ.get("DITTO_DEFINITIONS_NICE", NICE))
+    except ValueError:
+        return NICE
+
+
 def start_process() -> None:
     """The resolver process's initializer: lower priority than the model, stdout kept off the protocol
     (a language server's stdout is its JSON-RPC stream; a child inherits it), gone with the server
     (`_gone_with`), jedi and the builtins' stubs read once."""
     try:
-        os.nice(19)  # (the model's passes always come first: a job runs in the CPU they leave)
+        os.nice(resolver_nice())
     except (AttributeError, OSError):
         pass
     try:

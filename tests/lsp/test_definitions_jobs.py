@@ -55,6 +55,7 @@ class Setup:
         self.settings = Settings(debug_hooks=True, definitions=True)  # (off by default)
         self.jobs = DefinitionJobs(self.session, self.inbox.append, lambda: self.settings)
         self.jobs.DEBOUNCE_S = 0.05
+        self.jobs.timeout_s = WAIT_S  # (the default, 15 s, counts the process's start, slow on a busy machine)
         self.jobs.set_root(root.as_uri())
         self.uri = (root / "app.py").as_uri()
         self.session.docs[self.uri] = Doc(self.uri, APP)
@@ -93,6 +94,19 @@ async def test_a_job_runs_after_a_pause_and_its_result_goes_to_the_worker(setup)
     assert setup.inbox[1].text == msg.text
 
 
+async def test_the_resolver_runs_at_the_priority_asked_and_19_below_the_server_by_default(setup, monkeypatch):
+    from lsp_server.completion.definitions import NICE, resolver_nice
+
+    monkeypatch.setenv("DITTO_DEFINITIONS_NICE", "3")  # (read by the process when it starts)
+    setup.jobs.wanted(setup.uri, 5)
+    await setup.until(lambda: setup.inbox)
+    assert os.getpriority(os.PRIO_PROCESS, setup.jobs._pid) == min(19, os.getpriority(os.PRIO_PROCESS, 0) + 3)
+    monkeypatch.delenv("DITTO_DEFINITIONS_NICE")
+    assert resolver_nice() == NICE == 19
+    monkeypatch.setenv("DITTO_DEFINITIONS_NICE", "low")
+    assert resolver_nice() == NICE
+
+
 async def test_places_asked_in_a_burst_make_one_job_for_the_last(setup):
     for line in (1, 2, 3, 4, 5):
         setup.jobs.wanted(setup.uri, line)
@@ -112,13 +126,14 @@ async def test_a_place_asked_while_a_job_runs_runs_next(setup):
 
 
 async def test_a_job_past_its_time_is_abandoned_and_its_process_replaced(setup):
-    setup.jobs.timeout_s = 5.0
     setup.jobs.wanted(setup.uri, 5)  # the process starts (its start is not the slow job's time)
     await setup.until(lambda: setup.inbox)
+    setup.jobs.timeout_s = 5.0
     setup.slow(60.0)
     setup.jobs.wanted(setup.uri, 4)
     await setup.until(lambda: setup.jobs.report()["abandoned"] == 1)
     assert len(setup.inbox) == 1  # nothing of it reached the worker
+    setup.jobs.timeout_s = WAIT_S  # (the next job starts a new process)
     setup.slow(0.0)
     setup.jobs.wanted(setup.uri, 3)
     await setup.until(lambda: len(setup.inbox) == 2)
