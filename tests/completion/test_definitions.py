@@ -20,6 +20,7 @@ def time_enough(monkeypatch):
     test's answer short of the item it checked. The cut itself is tested below, set to 0."""
     monkeypatch.setattr(definitions, "SOFT_LIMIT_S", 600.0)
 
+
 STORE = textwrap.dedent('''\
     """Storage of items."""
     from dataclasses import dataclass
