@@ -95,6 +95,9 @@ class Prompt:
     stable_end: int = 0
     whole: bool = False  # the whole file above the place, from its prefix KV (lsp_server/completion/wholefile.py)
     sections: dict = field(default_factory=dict)  # tokens of each part of `ids` (`ditto/trace`), by name
+    # The definitions' and edits' lines as written (stripped): the prompt's own comments, which a
+    # suggestion never copies into the file (stops.py `ghost_cut`; extras.py `take`).
+    written: frozenset = frozenset()
 
 
 @dataclass
@@ -371,12 +374,12 @@ def build_prompt(lm, text: str, line: int, col: int, others: list[tuple[str, str
     above_kept += "".join(lines[i] + "\n" for i in range(mid, line))
     head: list[int] = []
     names: list[str] = []
-    defs, edits = [], []
+    defs, edits, written = [], [], frozenset()
     if fim is not None:  # written after the head, before [repeat]; their tokens come from the window's top
         # first (it keeps half its tokens), and [repeat] takes what it needs of what is left, or is left out:
         # at a fitted budget the window above holds 100-150 tokens, and [repeat] taking first left the
         # sections none (docs/design.md, "Definitions and recent edits in the prompt").
-        defs, edits, top, cut = take(enc, encode, extras, window, start, mid, b.definitions, b.edits)
+        defs, edits, top, cut, written = take(enc, encode, extras, window, start, mid, b.definitions, b.edits)
         above_ids, above_kept = above_ids[cut:], above_kept[sum(len(lines[i]) + 1 for i in range(start, top)):]
         start = top
     repeat: list[int] = []
@@ -425,9 +428,10 @@ def build_prompt(lm, text: str, line: int, col: int, others: list[tuple[str, str
                 "definitions": len(defs), "edits": len(edits), "repeat": len(repeat), "above": len(above_ids),
                 "below": len(below_ids), "middle": len(middle_ids), "typed": len(typed_ids)}
     if b.snippet_source == "similar":  # snippets chosen per place: no start every place shares
-        return Prompt(ids, above_kept, typed, after, below_text, names, start, healed, sections=sections)
+        return Prompt(ids, above_kept, typed, after, below_text, names, start, healed, sections=sections,
+                      written=written)
     return Prompt(ids, above_kept, typed, after, below_text, names, start, healed, [*head, fim.prefix, *stable],
-                  head_end, sections=sections)
+                  head_end, sections=sections, written=written)
 
 
 _UNFIT = [-1]  # stands for the tokens of a line too long to tokenize (never enters a prompt)

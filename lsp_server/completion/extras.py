@@ -53,19 +53,24 @@ def chosen(extras: PromptExtras | None, window, mid: int) -> PromptExtras:
 HUNK = ("# - ", "# + ")  # the lines of an edit's hunk, after its header (lsp_server/nextedit/recent.py)
 
 
-def section_lines(encode, text: str, budget: int, unit: tuple[str, ...] = ()) -> list[list[int]]:
-    """The ids of `text`'s first pieces within `budget` tokens, a list per piece: a line, or with
-    `unit`, a line and the lines after it that start with one of `unit` (an edit's header and its
-    lines: a header without them says nothing), whole or not at all (`encode` tokenizes one line)."""
+def _pieces(text: str, unit: tuple[str, ...] = ()) -> list[str]:
+    """`text`'s lines, or with `unit`, each line and the lines after it that start with one of `unit`."""
     pieces: list[str] = []
     for line in text.splitlines(keepends=True):
         if unit and pieces and line.startswith(unit):
             pieces[-1] += line
         else:
             pieces.append(line)
+    return pieces
+
+
+def section_lines(encode, text: str, budget: int, unit: tuple[str, ...] = ()) -> list[list[int]]:
+    """The ids of `text`'s first pieces within `budget` tokens, a list per piece: a line, or with
+    `unit`, a line and the lines after it that start with one of `unit` (an edit's header and its
+    lines: a header without them says nothing), whole or not at all (`encode` tokenizes one line)."""
     out: list[list[int]] = []
     n = 0
-    for piece in pieces:
+    for piece in _pieces(text, unit):
         if len(piece) > 8 * max(budget, 1):  # cannot fit: not tokenized
             break
         ids = [t for line in piece.splitlines(keepends=True) for t in encode(line)]
@@ -89,18 +94,20 @@ def room_at_top(enc, start: int, mid: int, need: int, keep: int = 0) -> tuple[in
 
 
 def take(enc, encode, extras: PromptExtras | None, window, start: int, mid: int, definitions: int,
-         edits: int) -> tuple[list[int], list[int], int, int]:
+         edits: int) -> tuple[list[int], list[int], int, int, frozenset[str]]:
     """(the definitions' ids, the edits' ids, the window's new first line, tokens taken from the
-    window) for a prompt whose window above is [start, mid) (module docstring). `definitions` and
-    `edits` are the budget's shares (0: the section is left out)."""
+    window, the sections' lines as written, stripped) for a prompt whose window above is [start, mid)
+    (module docstring). `definitions` and `edits` are the budget's shares (0: the section is left out).
+    The lines are there for the stop rules: the model copies one now and then (`# edit in F:` after a
+    typed `#`), and a suggestion never writes the prompt's own comments into the file (stops.py)."""
     if definitions <= 0 and edits <= 0:
-        return [], [], start, 0
+        return [], [], start, 0, frozenset()
     ex = chosen(extras, window, mid)
     defs = section_lines(encode, ex.definitions, definitions) if definitions > 0 else []
     done = section_lines(encode, ex.edits, edits, HUNK) if edits > 0 else []
     need = sum(map(len, defs)) + sum(map(len, done))
     if need == 0:
-        return [], [], start, 0
+        return [], [], start, 0, frozenset()
     window_tokens = sum(len(enc(i)) for i in range(start, mid))
     cut, top = room_at_top(enc, start, mid, need, keep=(window_tokens + 1) // 2)
     while need > cut and done:  # the window cannot give that much: the edits go first (a hunk whole), then definitions
@@ -109,4 +116,6 @@ def take(enc, encode, extras: PromptExtras | None, window, start: int, mid: int,
         need -= len(defs.pop())
     if need < cut:  # cut down to what is left: no line of the window goes for nothing
         cut, top = room_at_top(enc, start, mid, need)
-    return [t for ids in defs for t in ids], [t for ids in done for t in ids], top, cut
+    written = [*_pieces(ex.definitions)[:len(defs)], *_pieces(ex.edits, HUNK)[:len(done)]]
+    lines = frozenset(line.strip() for piece in written for line in piece.splitlines() if line.strip())
+    return [t for ids in defs for t in ids], [t for ids in done for t in ids], top, cut, lines

@@ -3,7 +3,9 @@
 `ghost_cut` ends it at the end of the current block (a later line indented less than the
 cursor line), the first line when multi-line suggestions are off, a line that repeats the
 next line below the cursor or one of the suggestion's own lines, a first line that ends by
-re-typing the rest of the cursor line, and before the first character no editor can insert.
+re-typing the rest of the cursor line, before a line of the prompt's own definitions or
+edits sections (comments of Ditto's, not the user's code), and before the first character
+no editor can insert.
 `finish` applies them to a finished generation, drops trailing blank lines, and
 `well_formed` cuts a multi-line suggestion back to a line after which nothing it (or the
 typed line) opened is left open, unless the code after the cursor closes it.
@@ -26,7 +28,9 @@ def ghost_cut(generated: str, prompt: Prompt, multiline: bool = True, final: boo
     Stops at: the end of the current block (a complete later line indented less than
     the cursor line), the first line when `multiline` is off, a line that repeats the
     next non-blank line below the cursor, a line that repeats one of the suggestion's
-    own earlier lines (`_repeats`), and a first line that ends by re-typing the rest of
+    own earlier lines (`_repeats`), a line that is one of the prompt's definitions or edits
+    lines (`prompt.written`: the model copied a `# edit in F:` header after a typed `#` on a
+    held-out replay), and a first line that ends by re-typing the rest of
     the cursor line (the cut keeps what comes before it). `final` says the generation
     has ended, so the last line counts as complete. Ghost text also ends before the first
     character no editor can insert (`uninsertable`).
@@ -41,9 +45,11 @@ def ghost_cut(generated: str, prompt: Prompt, multiline: bool = True, final: boo
     first_complete = len(lines) > 1 or final
     if after and first_complete and lines[0].rstrip().endswith(after):
         return len(lines[0].rstrip()) - len(after)
+    cursor_line = typed + lines[0]
+    if first_complete and prompt.written and cursor_line.strip() in prompt.written:
+        return 0
     if not multiline:
         return len(lines[0]) if len(lines) > 1 else None
-    cursor_line = typed + lines[0]
     base = len(_indent_of(cursor_line)) if cursor_line.strip() else len(_indent_of(typed))
     next_below = next((l for l in prompt.below.split("\n") if l.strip()), None)
     pos = len(lines[0]) + 1
@@ -53,6 +59,8 @@ def ghost_cut(generated: str, prompt: Prompt, multiline: bool = True, final: boo
         if l.strip() and len(_indent_of(l)) < base:
             return pos - 1  # its indentation is known as soon as it has content
         if complete and l.strip() and next_below is not None and l.strip() == next_below.strip():
+            return pos - 1
+        if complete and l.strip() in prompt.written:
             return pos - 1
         if complete and _repeats(l, [cursor_line, *lines[1:i]]):
             return pos - 1

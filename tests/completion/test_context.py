@@ -115,6 +115,20 @@ def test_completer_heals_trailing_blanks(lm):
     assert sug2.prompt.ids == build_prompt(lm, "x =\n", 0, 3).ids
 
 
+def test_never_writes_a_line_of_the_prompts_own_sections():
+    """The definitions' and edits' comment lines are Ditto's, not the user's: a held-out replay had the
+    model copy `# edit in F:` after a typed `#`. A line equal to one of them ends the suggestion."""
+    written = frozenset({"# edit in store.py:", "# - def get(self, key):", "# + def get_items(self, key):"})
+    p = Prompt([], "", "    #", "", "", written=written)
+    assert finish(" edit in store.py:\n", p) == "" and ghost_cut(" edit in store.py:", p, final=True) == 0
+    assert ghost_cut(" edit in store.py:", p) is None  # still being written: not judged yet
+    assert finish(" edit in store.py: why", p) == " edit in store.py: why"  # another comment
+    q = Prompt([], "", "    ", "", "", written=written)
+    assert finish("x = 1\n    # - def get(self, key):\n    y = 2", q) == "x = 1"
+    assert finish("x = 1\n    # - def get(self, key):\n    y = 2", mk("    ")) == "x = 1\n    # - def get(self, key):\n    y = 2"
+    assert finish(" edit in store.py:", Prompt([], "", "#", "", "", written=written), multiline=False) == ""
+
+
 def test_stops_before_a_line_the_suggestion_already_wrote():
     p = mk("")
     looping = "import os\nimport sys\nimport os\nimport os"

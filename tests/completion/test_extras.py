@@ -48,6 +48,16 @@ def test_the_sections_sit_after_the_head_and_before_the_lines_above(lm):
     assert p.sections["file_head"] > 0 and p.start_line > 4
 
 
+def test_the_prompt_knows_the_section_lines_it_wrote_and_only_those(lm):
+    p = build_prompt(lm, DOC, LINE, 4, path="app.py", budget=BUDGET, window=Window(), extras=EXTRAS)
+    assert p.written == {line.strip() for line in (DEFS + EDITS).splitlines()}
+    small = replace(BUDGET, definitions=len(lm.encode(DEFS.split("\n")[0] + "\n")) + 3, edits=8)
+    q = build_prompt(lm, DOC, LINE, 4, path="app.py", budget=small, window=Window(), extras=EXTRAS)
+    assert q.written == {DEFS.split("\n")[0]}  # the first definition only; no edit fits
+    none = build_prompt(lm, DOC, LINE, 4, path="app.py", budget=BUDGET, window=Window())
+    assert none.written == frozenset()
+
+
 def test_each_section_takes_whole_lines_within_its_share(lm):
     small = replace(BUDGET, definitions=len(lm.encode(DEFS.split("\n")[0] + "\n")) + 3, edits=8)
     p = build_prompt(lm, DOC, LINE, 4, path="app.py", budget=small, window=Window(), extras=EXTRAS)
