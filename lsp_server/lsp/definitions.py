@@ -17,9 +17,11 @@ started on the first job. A request never waits for it:
   inbox as an immutable `Definitions` message (lsp_server/lsp/worker/messages.py), and the worker
   offers the latest near the cursor to the prompt at its next new place (worker/state.py `extras`);
   until then the prompt simply has none;
-- a job that runs past `timeout_s` is abandoned and counted, and its process killed; a pool that
-  broke (its process died) is replaced at the next job; a job whose resolver met an error counts as
-  failed (it answers nothing, never raises).
+- a job that runs past `timeout_s` is abandoned and counted, and its process killed; the process's
+  start is not a job's time (beside two busy cores a nice-19 start took longer than 15 s, and every
+  job killed it and started it again, so none ever finished): it has `start_timeout_s` of its own;
+  a pool that broke (its process died) is replaced at the next job; a job whose resolver met an
+  error counts as failed (it answers nothing, never raises).
 
 On the event loop only (lsp_server/lsp/threads.py): the timer, the job's task and the counts are the
 loop's; the pool's own threads only hand the result back to it (`asyncio.wrap_future`).
@@ -52,10 +54,12 @@ log = logging.getLogger(__name__)
 
 class DefinitionJobs:
     DEBOUNCE_S = 0.3  # quiet after the last edit, move or request before a job starts
-    TIMEOUT_S = 15.0  # a job (with its process's start, the first time) running longer is abandoned
+    TIMEOUT_S = 15.0  # a job running longer is abandoned (its process's start not counted)
+    START_TIMEOUT_S = 300.0  # a process's start taking longer is abandoned (a nice-19 start beside busy cores is slow)
     CACHE = 64  # results kept, by (document, version, line)
     AHEAD_STEP = 32  # lines between the places resolved ahead (a place is offered what was resolved <= 64 lines off)
-    AHEAD_MAX = 48  # places resolved ahead a document, at most (~1,500 lines around where the user is)
+    AHEAD_MAX = 48  # places resolved ahead a document, at most (~1,500 lines around where the user is;
+    # the places the user asked for are not counted)
 
     def __init__(self, documents: DocumentSession, to_worker: Callable[[object], None],
                  settings: Callable[[], object]):
@@ -64,6 +68,8 @@ class DefinitionJobs:
         self._settings = settings
         self.root: str | None = None  # the workspace's folder (initialize), None without one
         self.timeout_s = self.TIMEOUT_S
+        self.start_timeout_s = self.START_TIMEOUT_S
+        self.initializer: Callable[[], None] = start_process  # the process's start (tests slow it down)
         self._pool: ProcessPoolExecutor | None = None
         self._pid: int | None = None
         self._timer: asyncio.TimerHandle | None = None
@@ -73,6 +79,7 @@ class DefinitionJobs:
         self._cache: OrderedDict[tuple, Resolved] = OrderedDict()
         self._last: tuple[str, int] | None = None  # the place last asked for: the places ahead are around it
         self._resolved: dict[str, set[int]] = {}  # per document, the lines resolved (asked or ahead)
+        self._ahead_done: dict[str, int] = {}  # per document, the places resolved ahead (AHEAD_MAX)
         self.ahead = 0  # jobs for places ahead
         self.jobs = self.abandoned = self.failed = self.cache_hits = self.pools = self.delivered = self.found = 0
         self._times_ms: deque = deque(maxlen=1000)
@@ -98,6 +105,7 @@ class DefinitionJobs:
     @on_loop
     def closed(self, uri: str) -> None:
         self._resolved.pop(uri, None)
+        self._ahead_done.pop(uri, None)
         if self._last is not None and self._last[0] == uri:
             self._last = None
         if self._wanted is not None and self._wanted[0] == uri:
@@ -122,7 +130,8 @@ class DefinitionJobs:
     def _pump(self) -> None:
         if self._task is not None:
             return
-        if self._next is None:
+        ahead = self._next is None
+        if ahead:
             if self._wanted is not None or self._timer is not None:  # (a place asked is due soon: it goes first)
                 return
             self._next = self._ahead_place()
@@ -132,18 +141,20 @@ class DefinitionJobs:
         (uri, line), self._next = self._next, None
         doc = self._documents.document(uri)
         if doc is None:
-            return
+            return self._pump()  # (nothing to run: the next place, if any)
         self._resolved.setdefault(uri, set()).add(line)
+        if ahead:
+            self._ahead_done[uri] = self._ahead_done.get(uri, 0) + 1
         key = (uri, doc.version, line)
         hit = self._cache.get(key)
         if hit is not None:
             self.cache_hits += 1
             self._cache.move_to_end(key)
             self._deliver(key, hit)
-            return
+            return self._pump()
         lines = self._documents.lines_of(doc.uri, doc.source)
         if line >= len(lines.nl):
-            return
+            return self._pump()
         text, at = cap_text(doc.source, lines.nl, line)
         s = self._settings()
         request = Request(buffer_name(uri), text, at, self.root, s.debug_resolve_delay_s if s.debug_hooks else 0.0)
@@ -152,13 +163,13 @@ class DefinitionJobs:
     def _ahead_place(self) -> tuple[str, int] | None:
         """The next place to resolve ahead (module docstring): of the lines every AHEAD_STEP in the
         document last asked for, the nearest to where it was asked that is not within half a step of a
-        line resolved already; None when there is none or AHEAD_MAX were resolved."""
+        line resolved already (asked or ahead); None when there is none or AHEAD_MAX were resolved ahead."""
         if self._last is None or not self._settings().definitions:
             return None
         uri, line = self._last
         doc = self._documents.document(uri)
         done = self._resolved.setdefault(uri, set())
-        if doc is None or len(done) >= self.AHEAD_MAX:
+        if doc is None or self._ahead_done.get(uri, 0) >= self.AHEAD_MAX:
             return None
         count = len(self._documents.lines_of(doc.uri, doc.source).nl)
         half = self.AHEAD_STEP // 2
@@ -168,12 +179,15 @@ class DefinitionJobs:
         return None
 
     async def _run(self, key: tuple, request: Request) -> None:
+        starting = True
         try:
             pool = await self._started()
+            starting = False
             result = await asyncio.wait_for(asyncio.wrap_future(pool.submit(resolve, request)), self.timeout_s)
         except asyncio.TimeoutError:
             self.abandoned += 1
-            log.info("definitions: a job ran past %.0f s and was abandoned", self.timeout_s)
+            log.info("definitions: %s ran past %.0f s and was abandoned", "the process's start" if starting
+                     else "a job", self.start_timeout_s if starting else self.timeout_s)
             self._stop_pool()
         except asyncio.CancelledError:
             raise
@@ -202,13 +216,15 @@ class DefinitionJobs:
         self._pump()
 
     async def _started(self) -> ProcessPoolExecutor:
-        """The pool, started now if it is not (its process's id read first: a job past its time is killed)."""
+        """The pool, started now if it is not (its process's id read first: a job past its time is killed),
+        within `start_timeout_s`."""
         if self._pool is None:
             self._pool = ProcessPoolExecutor(max_workers=1, mp_context=multiprocessing.get_context("spawn"),
-                                             initializer=start_process)
+                                             initializer=self.initializer)
             self.pools += 1
             self._pid = None
-            self._pid = await asyncio.wait_for(asyncio.wrap_future(self._pool.submit(process_id)), self.timeout_s)
+            self._pid = await asyncio.wait_for(asyncio.wrap_future(self._pool.submit(process_id)),
+                                               self.start_timeout_s)
         return self._pool
 
     def _deliver(self, key: tuple, result: Resolved) -> None:

@@ -24,3 +24,15 @@ def write_store(root: Path) -> Path:
     path.write_text(STORE)
     return path
 
+
+
+def slow_start(seconds: float) -> None:
+    """The definitions resolver's process start (lsp_server/completion/definitions.py `start_process`),
+    `seconds` slower: `DefinitionJobs.initializer = functools.partial(slow_start, s)` (a spawned process
+    imports it from here)."""
+    import time
+
+    from lsp_server.completion.definitions import start_process
+
+    time.sleep(seconds)
+    start_process()
