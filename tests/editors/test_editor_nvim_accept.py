@@ -202,20 +202,25 @@ def multiword_line(text: str, name: str) -> int | None:
     return None
 
 
+# Folder names to try, unlike one another: the path is in the prompt, and names that differ only in a
+# digit fail together (under `pytest-182/…`, project0..7 all gave no such line, `a`, `src`, `demo` did).
+FOLDERS = ("project", "a", "src", "demo", "work0", "example", "x/y", "shapes", "lib", "app", "pkg", "b/c")
+
+
 def multiword_project(tmp_path: Path, text: str, name: str) -> tuple[Path, int]:
     """A folder under `tmp_path` holding `text` as `name`, and a line of it where tiny-random's first line
     has several words. The path is in the prompt, and about one pytest temporary folder in sixty gives
     no such line at all (CI met one: `pytest-149`), so the folder's name is chosen here, not by pytest."""
-    for i in range(8):
-        work = tmp_path / f"project{i}"
-        work.mkdir()
+    for folder in FOLDERS:
+        work = tmp_path / folder
+        work.mkdir(parents=True)
         src = work / name
         src.write_text(text, encoding="utf-8")
         line_no = multiword_line(text, str(src))
         if line_no is not None:
             return src, line_no
     raise AssertionError(f"tiny-random suggests no first line of several words at any candidate line, "
-                         f"in any of 8 folders under {tmp_path}")
+                         f"in any of {len(FOLDERS)} folders under {tmp_path}")
 
 
 def test_nvim_012_accept_word_then_line_of_dittos_suggestion(tmp_path):

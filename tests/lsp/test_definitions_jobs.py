@@ -145,8 +145,8 @@ async def test_a_job_past_its_time_is_abandoned_and_its_process_replaced(setup):
 async def test_the_process_start_is_not_a_jobs_time_and_has_a_limit_of_its_own(setup):
     """Beside two busy cores a nice-19 start outlasted a job's 15 s, and each job killed the process and
     started it again, so no definition ever arrived: the start has start_timeout_s, the job timeout_s."""
-    setup.jobs.initializer = functools.partial(slow_start, 8.0)
-    setup.jobs.timeout_s = 4.0  # shorter than the start, long enough for this job on a busy machine
+    setup.jobs.initializer = functools.partial(slow_start, 12.0)
+    setup.jobs.timeout_s = 6.0  # shorter than the start, long enough for this job beside two busy cores
     setup.jobs.wanted(setup.uri, 5)
     await setup.until(lambda: setup.inbox)
     r = setup.jobs.report()
